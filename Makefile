@@ -1,0 +1,23 @@
+# Two commands do everything on a fresh machine: `make train` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: train test install clean
+
+install: $(STAMP)
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements.txt
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(BIN)/python train.py --config=configs/post_norm_96l.py --workdir=runs/post_norm_96l
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf runs

@@ -1,0 +1,117 @@
+"""Every config field, each commented once. Experiment files (configs/<residual>_<L>l.py) override a few.
+
+get_config(arg): arg is the scale, "cpu" (default: a laptop CPU, minutes) or "tpu" (a Cloud TPU study).
+"""
+import ml_collections
+
+SCALES = ("cpu", "tpu")
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  scale = arg or "cpu"
+  if scale not in SCALES:
+    raise ValueError(f"config scale {scale!r} is unknown; known: {', '.join(SCALES)}")
+  c = ml_collections.ConfigDict()
+  c.seed = 0                        # one seed -> identical base weights for every variant, and the data order
+  c.scale = scale                   # the scale this config was built for (cpu | tpu); informational
+
+  m = c.model = ml_collections.ConfigDict()
+  m.residual = "pre_norm"           # registry name: see README table / resnorm.residual
+  m.num_layers = 12                 # L blocks; S = 2L sublayers (attention and MLP each count)
+  m.d_model = 64                    # width D
+  m.num_heads = 4                   # attention heads; must divide d_model
+  m.mlp_dim = 256                   # MLP hidden width
+  m.vocab_size = 320                # 256 bytes + BOS (256) + PAD (257), padded to a multiple of 64
+  m.max_len = 4096                  # longest sequence for pos='learned'
+  m.norm = "layernorm"              # layernorm | rmsnorm (statistics always float32)
+  m.norm_eps = 1e-5                 # eps of every block / final norm
+  m.dtype = "float32"               # compute dtype: float32 | bfloat16 (params stay float32)
+  m.init = "xavier"                 # xavier (Xiong et al.'s setting, unit-variance embedding) | gpt2 (0.02, 1/sqrt(2L))
+  m.tie_embed = False               # share the embedding with the output head
+  m.pos = "rope"                    # rope | learned
+  m.rope_base = 10000.0             # RoPE frequency base
+  m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)
+  m.remat = "none"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies)
+  m.hc = ml_collections.ConfigDict()
+  m.hc.n = 4                        # HC expansion rate (number of streams)
+  m.hc.dynamic = True               # DHC (input-dependent mixing) vs SHC (static)
+  m.hc.tanh = True                  # tanh on the dynamic terms (paper: yes)
+  m.hc.s_alpha = 0.01               # init of the learnable scale s_alpha of the dynamic alpha
+  m.hc.s_beta = 0.01                # init of the learnable scale s_beta of the dynamic beta
+  m.hc.out_init_scale = 1.0         # factor on attn-out / MLP-out init (paper's ambiguous sqrt(n); 1.0 = off)
+  m.mhc = ml_collections.ConfigDict()
+  m.mhc.n = 4                       # mHC expansion rate
+  m.mhc.sinkhorn_iters = 20         # Sinkhorn-Knopp iterations t_max
+  m.mhc.alpha_init = 0.01           # init of the gates a_pre, a_post, a_res
+  m.mhc.eps = 1e-20                 # eps of the RMSNorm over the flattened streams (paper: 1e-20)
+  m.mhc.sym_break = "random_phi"    # random_phi | onehot: how the identical streams are told apart at init
+  m.mhc.b_res_diag = 0.0            # b_res = b_res_diag * I at init (0: H_res = J/n, as MaxText)
+  m.mix_ln = ml_collections.ConfigDict()
+  m.mix_ln.post_fraction = 0.25     # Mix-LN: Post-LN for the first floor(fraction * L) layers
+  m.rezero = ml_collections.ConfigDict()
+  m.rezero.alpha_init = 0.0         # ReZero gate init (paper: 0)
+
+  d = c.data = ml_collections.ConfigDict()
+  d.name = "pystdlib"               # pystdlib (offline default) | text_files | any TFDS text dataset (e.g. lm1b)
+  d.data_dir = "~/tensorflow_datasets"  # TFDS data_dir (a gs:// bucket on TPU)
+  d.paths = ""                      # text_files: comma-separated files or globs
+  d.text_key = "text"               # the text feature of a TFDS dataset
+  d.val_fraction = 0.05             # text_files: the tail of each file held out for validation
+  d.seq_len = 64                    # tokens per example
+  d.pack = True                     # pack documents (BOS-separated) into full rows; False: crop/pad each document
+  d.eval_batches = 8                # validation batches per eval
+  d.worker_count = 0                # grain worker processes (0: in-process)
+
+  t = c.train = ml_collections.ConfigDict()
+  t.batch_size = 8                  # global batch (sequences)
+  t.steps = 200                     # optimizer steps
+  t.lr = 1e-3                       # peak learning rate
+  t.warmup_steps = 20               # linear warmup from 0 (0 = none)
+  t.schedule = "cosine"             # cosine | linear | rsqrt | constant (after warmup)
+  t.min_lr_ratio = 0.1              # cosine / linear end value, as a fraction of lr
+  t.b1 = 0.9                        # AdamW beta1
+  t.b2 = 0.98                       # AdamW beta2 (Xiong et al.: 0.98)
+  t.eps = 1e-8                      # AdamW eps
+  t.weight_decay = 0.01             # decoupled weight decay on matrices (not norms, embeddings, static HC)
+  t.decay_embed = False             # also decay the embedding
+  t.grad_clip = 1.0                 # global-norm clipping (0 = off)
+  t.log_every = 10                  # steps between metrics.jsonl lines
+  t.eval_every = 50                 # steps between validation evals (and one at the end)
+  t.diag_every = 50                 # steps between diagnostics.jsonl lines (0 = off)
+  t.ckpt_every = 50                 # steps between checkpoints (and one at the end)
+  t.skip_nonfinite = False          # skip a non-finite update instead of stopping as diverged
+  t.max_skipped = 10                # with skip_nonfinite: stop after this many skipped steps in a row
+
+  c.ckpt = ml_collections.ConfigDict()
+  c.ckpt.keep = 2                   # checkpoints kept (the newest)
+
+  c.mesh = ml_collections.ConfigDict()
+  c.mesh.data = -1                  # data-parallel axis size (-1: fill with the remaining devices)
+  c.mesh.fsdp = 1                   # FSDP axis size
+  c.mesh.tensor = 1                 # tensor-parallel axis size
+
+  if scale == "tpu":
+    m.d_model, m.num_heads, m.mlp_dim = 1024, 16, 4096
+    m.dtype, m.remat = "bfloat16", "dots_no_batch"
+    d.name, d.seq_len, d.eval_batches = "c4", 1024, 32
+    t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4
+    t.log_every, t.eval_every, t.diag_every, t.ckpt_every = 50, 1000, 1000, 1000
+    c.ckpt.keep = 3
+    c.mesh.data, c.mesh.fsdp = 1, -1
+  return c
+
+
+def experiment(residual: str, num_layers: int, cpu_warmup: int | None = None, tpu_warmup: int | None = None):
+  """Builds an experiment file's get_config: the base config with a variant, a depth, and (optionally) warmup."""
+  def get_config(arg: str | None = None):
+    c = get_config_base(arg)
+    c.model.residual = residual
+    c.model.num_layers = num_layers
+    warmup = tpu_warmup if c.scale == "tpu" else cpu_warmup
+    if warmup is not None:
+      c.train.warmup_steps = warmup
+    return c
+  return get_config
+
+
+get_config_base = get_config

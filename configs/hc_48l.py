@@ -1,0 +1,4 @@
+"""hc, 48 layers. """
+from configs import base
+
+get_config = base.experiment("hc", 48)

@@ -1,0 +1,4 @@
+"""hc, 96 layers. """
+from configs import base
+
+get_config = base.experiment("hc", 96)

@@ -1,0 +1,4 @@
+"""mhc, 12 layers. """
+from configs import base
+
+get_config = base.experiment("mhc", 12)

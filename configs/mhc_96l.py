@@ -1,0 +1,4 @@
+"""mhc, 96 layers. """
+from configs import base
+
+get_config = base.experiment("mhc", 96)

@@ -1,0 +1,4 @@
+"""post_norm, 48 layers. Post-Norm needs a long warmup (Xiong et al. 2020: 4000 steps)."""
+from configs import base
+
+get_config = base.experiment("post_norm", 48, cpu_warmup=50, tpu_warmup=4000)

@@ -1,0 +1,1 @@
+"""resnorm: residual connections and normalization placement in deep Transformers (JAX/Flax)."""

@@ -1,0 +1,69 @@
+"""Checkpoints: the only module that imports orbax.
+
+One Orbax `CheckpointManager` item per step: `state` (params, opt_state, step, rng, skipped; restored onto any
+sharding) and `data` (the grain iterator state), with the resolved config as the step's custom metadata. Restore
+walks from the newest step down and skips a checkpoint that fails to load (killed mid-save, truncated files),
+saying so in one line, so a crash never costs more than one checkpoint interval.
+"""
+import sys
+
+import grain
+import jax
+import orbax.checkpoint as ocp
+
+
+class Checkpointer:
+
+  def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
+    opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only,
+                                        enable_async_checkpointing=True)
+    self.mngr = ocp.CheckpointManager(directory, options=opts)
+
+  def steps(self) -> list[int]:
+    return sorted(self.mngr.all_steps())
+
+  def save(self, step: int, state, data_iter, config: dict, host: dict | None = None) -> None:
+    args = {"state": ocp.args.StandardSave(state), "host": ocp.args.JsonSave(host or {})}
+    if data_iter is not None:
+      args["data"] = grain.checkpoint.CheckpointSave(data_iter)
+    self.mngr.save(step, args=ocp.args.Composite(**args), custom_metadata={"config": config}, force=True)
+
+  def config(self, step: int) -> dict | None:
+    meta = self.mngr.metadata(step)
+    custom = getattr(meta, "custom_metadata", None) or {}
+    return custom.get("config")
+
+  def restore(self, step: int, abstract_state, data_iter=None):
+    """(state, host dict) of one step; the data iterator, if given, is restored in place."""
+    args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
+    if data_iter is not None:
+      args["data"] = grain.checkpoint.CheckpointRestore(data_iter)
+    out = self.mngr.restore(step, args=ocp.args.Composite(**args))
+    return out["state"], out["host"]
+
+  def restore_latest(self, abstract_state, data_iter=None, max_step: int | None = None):
+    """(step, (state, host)) of the newest checkpoint that loads, or (None, None) if there is none."""
+    for step in reversed(self.steps()):
+      if max_step is not None and step > max_step:
+        continue
+      try:
+        return step, self.restore(step, abstract_state, data_iter)
+      except Exception as e:  # noqa: BLE001: any failure to load means this checkpoint is unusable
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        print(f"warning: checkpoint step {step} cannot be restored ({type(e).__name__}: {first}); "
+              "falling back to the previous one", file=sys.stderr, flush=True)
+    return None, None
+
+  def wait(self) -> None:
+    self.mngr.wait_until_finished()
+
+  def close(self) -> None:
+    self.mngr.wait_until_finished()
+    self.mngr.close()
+
+
+def abstract_of(tree, shardings=None):
+  """ShapeDtypeStructs (with target shardings, if given) for restoring `tree`."""
+  if shardings is None:
+    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)

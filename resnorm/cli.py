@@ -1,0 +1,95 @@
+"""Command-line parsing for train.py and eval.py: absl flags + ml_collections config files, where every bad
+flag, config key, value or path becomes one line on stderr and exit code 2."""
+import os
+import re
+import sys
+
+from absl import flags, logging
+from ml_collections import config_flags
+
+from resnorm.errors import InputError, cli_main
+
+FLAGS = flags.FLAGS
+
+
+def _define_common():
+  config_flags.DEFINE_config_file("config", None, "Config file, configs/NAME.py[:SCALE] (SCALE: cpu | tpu).",
+                                  lock_config=True)
+  flags.DEFINE_string("workdir", None, "Run directory (default: runs/NAME).")
+
+
+def _one_line(err: Exception) -> str:
+  text = str(err)
+  m = re.search(r"Unknown command line flag '([^']+)'", text)
+  if m:
+    name = m.group(1)
+    return f"unknown config key {name[len('config.'):]!r}" if name.startswith("config.") else f"unknown flag --{name}"
+  lines = [l.strip() for l in text.splitlines() if l.strip()]
+  if "Traceback" in text:  # a config file raised: keep its last line (the exception itself)
+    return f"--config: {lines[-1]}"
+  if "No such file" in text or "Failed loading config" in text:
+    path = next((l for l in lines if l.startswith("configs") or l.endswith(".py")), "")
+    return f"--config: cannot load config file {path}".strip()
+  return lines[0] if lines else type(err).__name__
+
+
+def parse(argv):
+  """Parses flags; returns the positional args. Raises InputError for any bad flag or config."""
+  try:
+    rest = FLAGS(argv)
+  except flags.Error as e:
+    raise InputError(_one_line(e)) from None
+  except Exception as e:  # config_flags raises plain errors for unreadable config files
+    raise InputError(_one_line(e)) from None
+  logging.set_verbosity(logging.WARNING)
+  return rest
+
+
+def load_config():
+  try:
+    cfg = FLAGS.config
+  except Exception as e:
+    raise InputError(_one_line(e)) from None
+  if cfg is None:
+    raise InputError("--config is required, e.g. --config=configs/post_norm_96l.py")
+  return cfg
+
+
+def config_name() -> str:
+  path = FLAGS["config"].config_filename if hasattr(FLAGS["config"], "config_filename") else FLAGS["config"].value
+  return os.path.splitext(os.path.basename(str(path).split(":")[0]))[0]
+
+
+def _quiet_jax():
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+@cli_main
+def main_train(argv) -> int:
+  _define_common()
+  flags.DEFINE_bool("dry_run", False, "Print sizes and FLOPs, do not train.")
+  parse(argv)
+  cfg = load_config()
+  workdir = FLAGS.workdir or os.path.join("runs", config_name())
+  _quiet_jax()
+  from resnorm import trainer
+  return trainer.train(cfg, workdir)
+
+
+@cli_main
+def main_eval(argv) -> int:
+  _define_common()
+  flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
+  flags.DEFINE_bool("init", False, "Evaluate a freshly initialized model of --config.")
+  flags.DEFINE_string("outdir", None, "Output directory (--init, --sweep).")
+  flags.DEFINE_integer("eval_batches", None, "Validation batches (default: the config's data.eval_batches).")
+  parse(argv)
+  _quiet_jax()
+  from resnorm import evaluate
+  if FLAGS.init:
+    if not FLAGS.outdir:
+      raise InputError("--init needs --outdir")
+    return evaluate.eval_init(load_config(), FLAGS.outdir, FLAGS.eval_batches)
+  if not FLAGS.workdir:
+    raise InputError("give --workdir=DIR (a training run), or --config=... --init --outdir=OUT")
+  return evaluate.eval_workdir(FLAGS.workdir, FLAGS.step, FLAGS.eval_batches)

@@ -1,0 +1,89 @@
+"""Config checks (every bad value -> one InputError naming the field), freezing, and checkpoint compatibility."""
+import json
+
+import ml_collections
+
+from resnorm import residual
+from resnorm.errors import InputError, check
+from resnorm.model import REMAT_POLICIES
+from resnorm.optim import SCHEDULES
+
+CHOICES = {
+    "model.norm": ("layernorm", "rmsnorm"),
+    "model.dtype": ("float32", "bfloat16"),
+    "model.init": ("xavier", "gpt2"),
+    "model.pos": ("rope", "learned"),
+    "model.remat": ("none",) + tuple(REMAT_POLICIES),
+    "train.schedule": SCHEDULES,
+}
+# Fields that change the function or the param tree: a checkpoint is only valid for the same values.
+RUNTIME_MODEL_FIELDS = ("dtype", "remat")
+
+
+def _get(cfg, dotted):
+  for part in dotted.split("."):
+    cfg = cfg[part]
+  return cfg
+
+
+def validate(cfg) -> None:
+  for field, allowed in CHOICES.items():
+    val = _get(cfg, field)
+    check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(allowed)}")
+  m, d, t = cfg.model, cfg.data, cfg.train
+  variant = residual.get(m.residual)
+  check(m.num_layers >= 1, f"model.num_layers={m.num_layers} must be >= 1")
+  check(m.d_model >= 2 and m.num_heads >= 1, f"model.d_model={m.d_model} and model.num_heads={m.num_heads} must be positive")
+  check(m.d_model % m.num_heads == 0, f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model}")
+  check(m.pos != "rope" or (m.d_model // m.num_heads) % 2 == 0,
+        f"model.pos='rope' needs an even head dim; d_model/num_heads = {m.d_model // m.num_heads}")
+  check(m.mlp_dim >= 1, f"model.mlp_dim={m.mlp_dim} must be >= 1")
+  check(m.vocab_size >= 258, f"model.vocab_size={m.vocab_size} must be >= 258 (256 bytes + BOS + PAD)")
+  check(d.seq_len >= 2, f"data.seq_len={d.seq_len} must be >= 2")
+  check(m.pos != "learned" or d.seq_len <= m.max_len, f"data.seq_len={d.seq_len} exceeds model.max_len={m.max_len}")
+  check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction} must be in (0, 1)")
+  check(d.eval_batches >= 1, f"data.eval_batches={d.eval_batches} must be >= 1")
+  check(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
+  check(t.steps >= 1, f"train.steps={t.steps} must be >= 1")
+  check(t.lr > 0, f"train.lr={t.lr} must be > 0")
+  check(0 <= t.warmup_steps <= t.steps, f"train.warmup_steps={t.warmup_steps} must be in [0, train.steps={t.steps}]")
+  check(t.grad_clip >= 0, f"train.grad_clip={t.grad_clip} must be >= 0 (0 = off)")
+  check(t.weight_decay >= 0, f"train.weight_decay={t.weight_decay} must be >= 0")
+  for k in ("log_every", "eval_every", "ckpt_every"):
+    check(t[k] >= 1, f"train.{k}={t[k]} must be >= 1")
+  check(t.diag_every >= 0, f"train.diag_every={t.diag_every} must be >= 0 (0 = off)")
+  check(cfg.ckpt.keep >= 1, f"ckpt.keep={cfg.ckpt.keep} must be >= 1")
+  variant.check(m)
+
+
+def model_config(cfg) -> ml_collections.FrozenConfigDict:
+  """The hashable model config the Flax modules take."""
+  return ml_collections.FrozenConfigDict(cfg.model)
+
+
+def to_json(cfg) -> dict:
+  return json.loads(cfg.to_json())
+
+
+def from_json(d: dict) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(d)
+
+
+def check_compatible(stored: dict, cfg, where: str) -> None:
+  """Refuses a checkpoint whose model differs from the config (residual, depth, width, n, norm, ...)."""
+  want = to_json(cfg)["model"]
+  have = stored.get("model", {})
+  for key in sorted(set(want) | set(have)):
+    if key in RUNTIME_MODEL_FIELDS:
+      continue
+    a, b = have.get(key), want.get(key)
+    if isinstance(a, dict) and isinstance(b, dict):
+      if key != want.get("residual"):
+        continue  # another variant's settings do not affect this model
+      diff = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), None)
+      if diff is None:
+        continue
+      key, a, b = f"{key}.{diff}", a.get(diff), b.get(diff)
+    if a != b:
+      raise InputError(f"{where} holds a checkpoint with model.{key}={a!r} but the config asks for "
+                       f"model.{key}={b!r}; use another --workdir")

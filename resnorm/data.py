@@ -1,0 +1,137 @@
+"""Input pipeline: documents (TFDS array_record via `tfds.data_source`, or text files) -> grain -> batches.
+
+Bytes are tokens 0..255; every document starts with BOS (256); PAD (257) never appears as a target. With
+`data.pack`, documents are concatenated and split into rows of seq_len + 1 tokens (grain's ConcatThenSplit;
+attention is not masked at document boundaries, as in GPT-style packing); otherwise each document is cropped or
+padded. Training iterators are grain `DatasetIterator`s whose state is checkpointed with the train state, so a
+resumed run sees exactly the batches an uninterrupted one would. Each process reads its own shard of documents.
+"""
+import glob
+import os
+
+import grain
+import numpy as np
+import tensorflow_datasets as tfds
+from grain.experimental import ConcatThenSplitIterDataset
+
+from resnorm import corpus
+from resnorm.errors import InputError, check
+
+BOS, PAD = 256, 257
+
+
+def _expand(path: str) -> str:
+  return os.path.expanduser(path)
+
+
+def _text_files(dcfg, split: str) -> list[np.ndarray]:
+  patterns = [p.strip() for p in str(dcfg.paths).split(",") if p.strip()]
+  check(patterns, "data.paths is empty; data.name='text_files' needs files or globs (comma-separated)")
+  docs = []
+  for pat in patterns:
+    matches = sorted(glob.glob(_expand(pat)))
+    check(matches, f"data.paths: {pat!r} matches no file")
+    for path in matches:
+      check(os.path.isfile(path), f"data.paths: {path!r} is not a file")
+      try:
+        raw = np.frombuffer(open(path, "rb").read(), dtype=np.uint8)
+      except OSError as e:
+        raise InputError(f"data.paths: cannot read {path!r}: {e.strerror}") from None
+      check(raw.size >= 2, f"data.paths: {path!r} is empty")
+      cut = int(raw.size * (1.0 - dcfg.val_fraction))
+      docs.append(raw[:cut] if split == "train" else raw[cut:])
+  return [d for d in docs if d.size]
+
+
+class _Feature:
+  """Picks a document's bytes out of a TFDS example (uint8 `tokens`, or a text feature)."""
+
+  def __init__(self, key):
+    self.key = key
+
+  def __call__(self, ex):
+    val = ex[self.key]
+    if isinstance(val, (bytes, str)):
+      val = np.frombuffer(val.encode() if isinstance(val, str) else val, dtype=np.uint8)
+    return np.asarray(val, dtype=np.uint8)
+
+
+def _tfds_source(name: str, split: str, data_dir: str):
+  try:
+    return tfds.data_source(name, split=split, data_dir=data_dir)
+  except (tfds.core.registered.DatasetNotFoundError, AssertionError, ValueError, FileNotFoundError) as e:
+    raise InputError(f"data.name={name!r} split {split!r} cannot be read from data.data_dir={data_dir!r}: "
+                     f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def documents(dcfg, split: str) -> grain.MapDataset:
+  """A random-access dataset of uint8 documents for one split."""
+  data_dir = _expand(dcfg.data_dir)
+  if dcfg.name == "text_files":
+    docs = _text_files(dcfg, split)
+    check(docs, f"data.paths: no {split} text (files too short for data.val_fraction={dcfg.val_fraction})")
+    return grain.MapDataset.source(docs)
+  if dcfg.name == "pystdlib":
+    try:
+      os.makedirs(data_dir, exist_ok=True)
+      check(os.access(data_dir, os.W_OK | os.R_OK), f"data.data_dir={dcfg.data_dir!r} is not writable")
+    except OSError as e:
+      raise InputError(f"data.data_dir={dcfg.data_dir!r} cannot be used: {e.strerror}") from None
+    return grain.MapDataset.source(_tfds_source(corpus.prepare(data_dir), split, data_dir)).map(_Feature("tokens"))
+  return grain.MapDataset.source(_tfds_source(dcfg.name, split, data_dir)).map(_Feature(dcfg.text_key))
+
+
+class _WithBOS:
+  def __call__(self, doc):
+    return {"tokens": np.concatenate([[BOS], doc.astype(np.int32)]).astype(np.int32)}
+
+
+class _CropPad:
+  def __init__(self, length):
+    self.length = length
+
+  def __call__(self, ex):
+    tok = ex["tokens"][: self.length]
+    seg = np.ones_like(tok)
+    pad = self.length - tok.size
+    return {"tokens": np.pad(tok, (0, pad), constant_values=PAD),
+            "tokens_segment_ids": np.pad(seg, (0, pad))}
+
+
+class _ToBatch:
+  """{tokens [B, T+1], segment ids} -> {inputs [B,T], targets [B,T], mask [B,T]}."""
+
+  def __call__(self, ex):
+    tok, seg = ex["tokens"], ex["tokens_segment_ids"]
+    return {"inputs": tok[:, :-1].astype(np.int32), "targets": tok[:, 1:].astype(np.int32),
+            "mask": (seg[:, 1:] > 0).astype(np.float32)}
+
+
+def dataset(dcfg, split: str, batch_size: int, seed: int, shuffle: bool = True, process_index: int = 0,
+            process_count: int = 1) -> grain.IterDataset:
+  """Batches of this process's shard: per-process batch = batch_size // process_count."""
+  docs = documents(dcfg, split)
+  check(len(docs) > 0, f"data.name={dcfg.name!r} has no {split} documents")
+  docs = docs[process_index::process_count]
+  if shuffle:
+    docs = docs.shuffle(seed=seed)
+  rows = docs.repeat(None).map(_WithBOS()).to_iter_dataset()
+  length = dcfg.seq_len + 1
+  if dcfg.pack:
+    rows = ConcatThenSplitIterDataset(rows, length_struct={"tokens": length})
+  else:
+    rows = rows.map(_CropPad(length))
+  return rows.batch(batch_size // process_count, drop_remainder=True).map(_ToBatch())
+
+
+def train_iterator(cfg, process_index: int = 0, process_count: int = 1):
+  ds = dataset(cfg.data, "train", cfg.train.batch_size, cfg.seed, True, process_index, process_count)
+  if cfg.data.worker_count > 0:
+    ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.data.worker_count))
+  return iter(ds)
+
+
+def eval_batches(cfg, process_index: int = 0, process_count: int = 1) -> list[dict]:
+  """The fixed validation batches: the first `data.eval_batches` of the unshuffled validation split."""
+  it = iter(dataset(cfg.data, "validation", cfg.train.batch_size, cfg.seed, False, process_index, process_count))
+  return [next(it) for _ in range(cfg.data.eval_batches)]

@@ -1,0 +1,30 @@
+"""Input errors: one clear line on stderr and exit code 2, never a traceback.
+
+Only errors that are the user's input (a config value, a path, a workdir) are raised as `InputError`; anything
+else is a bug and keeps its traceback.
+"""
+import sys
+
+EXIT_BAD_INPUT = 2
+EXIT_DIVERGED = 3
+EXIT_PREEMPTED = 4
+
+
+class InputError(Exception):
+  """A bad config value, path or workdir. The message names the field and what is allowed."""
+
+
+def check(cond: bool, msg: str) -> None:
+  if not cond:
+    raise InputError(msg)
+
+
+def cli_main(fn):
+  """Wraps an entry point: InputError -> 'error: ...' on stderr and exit 2."""
+  def wrapped(*args, **kwargs):
+    try:
+      return fn(*args, **kwargs)
+    except InputError as e:
+      print(f"error: {e}", file=sys.stderr, flush=True)
+      sys.exit(EXIT_BAD_INPUT)
+  return wrapped

@@ -1,0 +1,109 @@
+"""Decoder-only byte LM: embedding -> stream expansion -> nn.scan over blocks -> reduce -> final norm -> head.
+
+The residual variant (resnorm.residual) decides everything about the connection; this file never branches on it.
+Blocks run under `nn.scan` with params stacked on a leading `layers` axis (compile time flat in depth), or as an
+unrolled Python loop (`model.scan_layers=False`) computing the same function. Mix-LN-like variants give several
+scanned segments.
+"""
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from resnorm import residual
+from resnorm.layers import MLP, Attention, base_param, compute_dtype, embed_init, make_norm, matrix_init
+
+REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "save_nothing": jax.checkpoint_policies.nothing_saveable,
+}
+
+
+class Block(nn.Module):
+  """One Transformer block: the variant's sublayer piece wraps attention, then the MLP."""
+  cfg: Any
+  sublayer: Any
+  scales: Any
+  collect: bool = False
+
+  @nn.compact
+  def __call__(self, state, layer, key):
+    cfg = self.cfg
+    key = jax.random.fold_in(key, layer)
+    taps = []
+    for j, (kind, cls) in enumerate((("attn", Attention), ("mlp", MLP))):
+      f = cls(cfg, self.scales, name=kind)
+      branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")), key)
+      state, t = self.sublayer(cfg, name=f"{kind}_res")(state, branch, make_norm(cfg, f"{kind}_norm"), layer,
+                                                        2 * layer + j)
+      taps.append(t)
+    state = nn.with_logical_constraint(state, _state_axes(state))
+    if not self.collect:
+      return state, None
+    return state, jax.tree.map(lambda a, b: jnp.stack([a, b]), *taps)  # [2, ...] (attn, mlp)
+
+
+def _state_axes(state):
+  return ("batch", "seq", "act_embed") if state.ndim == 3 else ("batch", "seq", "streams", "act_embed")
+
+
+def _block_class(cfg):
+  if cfg.remat == "none":
+    return Block
+  return nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
+
+
+class LM(nn.Module):
+  """Causal LM over bytes. Returns (logits_BTV float32, taps); taps is None unless `collect`, else a dict of
+  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.residual.base)."""
+  cfg: Any
+  collect: bool = False
+
+  @nn.compact
+  def __call__(self, tokens_BT):
+    cfg, dt = self.cfg, compute_dtype(self.cfg)
+    variant = residual.get(cfg.residual)
+    key = self.make_rng("params") if self.is_initializing() else jax.random.key(0)
+    emb_VD = base_param(self, "embed", embed_init(cfg), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), key)
+    x_BTD = jnp.take(emb_VD, tokens_BT, axis=0).astype(dt)
+    if cfg.pos == "learned":
+      pos = base_param(self, "pos_embed", nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model),
+                       (None, "embed"), key)
+      x_BTD = x_BTD + pos[None, : tokens_BT.shape[1]].astype(dt)
+    n = variant.streams(cfg)
+    state = jnp.repeat(x_BTD[:, :, None, :], n, axis=2) if n else x_BTD
+    block, scales = _block_class(cfg), variant.init_scales(cfg)
+    all_taps, offset = [], 0
+    for name, length, sublayer in variant.layer_segments(cfg):
+      layers = jnp.arange(offset, offset + length, dtype=jnp.int32)
+      if cfg.scan_layers:
+        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast), length=length,
+                        metadata_params={nn.PARTITION_NAME: "layers"})
+        state, taps = stack(cfg, sublayer, scales, self.collect, name=name)(state, layers, key)
+      else:
+        per_layer = []
+        for i in range(length):
+          state, t = block(cfg, sublayer, scales, self.collect, name=f"{name}_{i}")(state, layers[i], key)
+          per_layer.append(t)
+        taps = jax.tree.map(lambda *a: jnp.stack(a), *per_layer) if self.collect else None
+      all_taps.append(taps)
+      offset += length
+    y_BTD = jnp.sum(state, axis=2) if n else state
+    if variant.final_norm:
+      y_BTD = make_norm(cfg, "final_norm")(y_BTD)
+    if cfg.tie_embed:
+      logits = jnp.einsum("btd,vd->btv", y_BTD, emb_VD.astype(dt))
+    else:
+      head = base_param(self, "head", matrix_init(cfg, cfg.d_model, cfg.vocab_size), (cfg.d_model, cfg.vocab_size),
+                        ("embed", "vocab"), key)
+      logits = jnp.einsum("btd,dv->btv", y_BTD, head.astype(dt))
+    logits = nn.with_logical_constraint(logits, ("batch", "seq", "act_vocab")).astype(jnp.float32)
+    if not self.collect:
+      return logits, None
+    # [L, 2, ...] per segment -> [2L, ...] in depth order
+    taps = jax.tree.map(lambda *a: jnp.concatenate(a).reshape((-1,) + a[0].shape[2:]), *all_taps)
+    return logits, taps

@@ -1,0 +1,74 @@
+"""The interface every residual variant implements, and the registry that holds them.
+
+A variant is one `Variant` record (DESIGN.md, "Variants are pure pieces with one interface"):
+
+- `sublayer`: a Flax module class, instantiated once per sublayer (attention and MLP each), called as
+  `sublayer(cfg)(state, branch, norm, layer, sub) -> (state, taps)`, where
+    * `state` is the scan carry: `x_BTD`, or `h_BTnD` for multi-stream variants;
+    * `branch(h_BTD) -> y_BTD` is the sublayer F (attention or MLP) with its base weights;
+    * `norm(h_BTD)` is the sublayer's own norm (a base weight; a variant may skip it or add its own);
+    * `layer` (block index, 0-based) and `sub` (sublayer index 2*layer + {0: attn, 1: mlp}) are traced ints;
+    * `taps` is a dict of what diagnostics read: `u` (the branch input before the sublayer's own norm), `f` (F's
+      output) and, for multi-stream variants, `mix` (the per-token residual mixing H_res, [B,T,n,n], acting on the
+      stream axis from the left: H_out = H_res @ H + ...).
+- `streams(cfg)`: 0 for a `[B,T,D]` state; n for `[B,T,n,D]` (the embedding repeated n times, summed at the end).
+- `final_norm`: whether the reduced state goes through a final norm before the head.
+- `block_norms`: whether the sublayers call their `norm` (ReZero does not; used by the param count).
+- `segments(cfg)`: `((name, num_layers, sublayer_class), ...)`, scanned one after another (Mix-LN: two).
+- `init_scales(cfg)`: factors on base initializers by weight name (DeepNorm's beta); the random draws are the same.
+- `decay`: names of the variant's own params that get weight decay (all others are exempt).
+- `extra_params(cfg)`, `extra_flops(cfg)`: the variant's own parameters (whole model) and forward FLOPs per token.
+- `check(cfg)`: raises `InputError` for invalid variant settings.
+"""
+import dataclasses
+from typing import Any, Callable
+
+from resnorm.errors import InputError
+
+
+def _none(cfg):
+  return 0
+
+
+def _no_scales(cfg):
+  return {}
+
+
+def _no_check(cfg):
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  name: str
+  sublayer: Any
+  final_norm: bool = True
+  block_norms: bool = True
+  streams: Callable = _none
+  segments: Callable | None = None
+  init_scales: Callable = _no_scales
+  decay: tuple = ()
+  extra_params: Callable = _none
+  extra_flops: Callable = _none
+  check: Callable = _no_check
+  doc: str = ""
+
+  def layer_segments(self, cfg):
+    if self.segments is not None:
+      return tuple(s for s in self.segments(cfg) if s[1] > 0)
+    return (("blocks", cfg.num_layers, self.sublayer),)
+
+
+REGISTRY: dict[str, Variant] = {}
+
+
+def register(variant: Variant, *aliases: str) -> Variant:
+  for name in (variant.name, *aliases):
+    REGISTRY[name] = variant
+  return variant
+
+
+def get(name: str) -> Variant:
+  if name not in REGISTRY:
+    raise InputError(f"model.residual={name!r} is unknown; known: {', '.join(sorted(REGISTRY))}")
+  return REGISTRY[name]

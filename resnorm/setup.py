@@ -1,0 +1,97 @@
+"""What train, eval and bench share: the mesh, the sharded initial state, and the compiled steps."""
+import dataclasses
+import functools
+import math
+import time
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from resnorm import configlib, optim, sharding, step
+from resnorm.errors import check
+
+
+@dataclasses.dataclass
+class Setup:
+  cfg: object
+  mcfg: object
+  mesh: object
+  tx: object
+  state_sh: object
+  batch_sh: object
+  repl: object
+  abstract: object  # ShapeDtypeStructs of the unboxed state, with shardings
+
+  @property
+  def params_sh(self):
+    return self.state_sh["params"]
+
+  def init_state(self):
+    """The initial state, created already sharded (never materialized whole on one device)."""
+    with self.rules():
+      fn = jax.jit(lambda rng: nn.unbox(step.init_state(self.cfg, self.mcfg, self.tx, rng, self.cfg.data.seq_len)),
+                   out_shardings=self.state_sh)
+      return fn(jax.random.key(self.cfg.seed))
+
+  def rules(self):
+    return nn.logical_axis_rules(sharding.RULES)
+
+  def mesh_context(self):
+    return _Both(jax.set_mesh(self.mesh), self.rules())
+
+  def device_batch(self, local_batch: dict):
+    return {k: jax.make_array_from_process_local_data(self.batch_sh, np.asarray(v)) for k, v in local_batch.items()}
+
+  def compile_train_step(self, state, batch):
+    """(compiled step, seconds spent lowering + compiling)."""
+    t0 = time.perf_counter()
+    with self.mesh_context():
+      fn = step.jit_train_step(self.cfg, self.mcfg, self.tx, self.state_sh, self.batch_sh, self.repl)
+      compiled = fn.lower(state, batch).compile()
+    return compiled, time.perf_counter() - t0
+
+  @functools.cached_property
+  def eval_step(self):
+    with self.mesh_context():
+      return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl)
+
+  def evaluate(self, params, batches) -> dict:
+    """eval_loss (nats per predicted byte) and bits_per_byte over fixed batches."""
+    total, count = 0.0, 0.0
+    with self.mesh_context():
+      outs = [self.eval_step(params, self.device_batch(b)) for b in batches]
+    for t, c in jax.device_get(outs):
+      total, count = total + float(t), count + float(c)
+    loss = total / max(count, 1.0)
+    return {"eval_loss": loss, "bits_per_byte": loss / math.log(2)}
+
+
+class _Both:
+  def __init__(self, *ctx):
+    self.ctx = ctx
+
+  def __enter__(self):
+    for c in self.ctx:
+      c.__enter__()
+
+  def __exit__(self, *exc):
+    for c in reversed(self.ctx):
+      c.__exit__(*exc)
+
+
+def build(cfg, devices=None) -> Setup:
+  configlib.validate(cfg)
+  mesh = sharding.make_mesh(cfg.mesh, devices)
+  dp = sharding.data_parallel_size(mesh)
+  check(cfg.train.batch_size % dp == 0,
+        f"train.batch_size={cfg.train.batch_size} is not divisible by the data-parallel size {dp} (mesh.data*mesh.fsdp)")
+  check(cfg.train.batch_size % jax.process_count() == 0,
+        f"train.batch_size={cfg.train.batch_size} is not divisible by the {jax.process_count()} processes")
+  mcfg = configlib.model_config(cfg)
+  tx = optim.make(cfg)
+  with nn.logical_axis_rules(sharding.RULES):
+    boxed = jax.eval_shape(lambda rng: step.init_state(cfg, mcfg, tx, rng, cfg.data.seq_len), jax.random.key(0))
+    state_sh = sharding.logical_shardings(boxed, mesh)
+  abstract = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), nn.unbox(boxed), state_sh)
+  return Setup(cfg, mcfg, mesh, tx, state_sh, sharding.batch_sharding(mesh), sharding.replicated(mesh), abstract)

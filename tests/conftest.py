@@ -1,0 +1,89 @@
+"""Shared fixtures: tiny configs and corpora made by the tests themselves (nothing is downloaded)."""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_numpy_rank_promotion", "raise")
+# Tests run tiny models: compile time dominates, and XLA's heavy optimizations cost 2-3x of it.
+jax.config.update("jax_disable_most_optimizations", True)
+
+from configs import base  # noqa: E402
+
+
+def tiny_config(residual="pre_norm", num_layers=2, **over):
+  """A model small enough for a unit test; `over` maps dotted keys to values."""
+  c = base.get_config("cpu")
+  c.model.residual, c.model.num_layers = residual, num_layers
+  c.model.d_model, c.model.num_heads, c.model.mlp_dim = 32, 2, 64
+  c.data.seq_len, c.train.batch_size, c.data.eval_batches = 16, 4, 2
+  c.train.steps, c.train.warmup_steps = 6, 2
+  c.train.log_every, c.train.eval_every, c.train.ckpt_every, c.train.diag_every = 1, 3, 3, 3
+  for key, val in over.items():
+    node = c
+    *path, last = key.split(".")
+    for p in path:
+      node = node[p]
+    node[last] = val
+  return c
+
+
+@pytest.fixture
+def tiny():
+  return tiny_config
+
+
+TEXT = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}  # line {i}\n" for i in range(400))
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory):
+  """Two small text files; data.name='text_files' reads them without TFDS preparation."""
+  d = tmp_path_factory.mktemp("text")
+  for i in range(2):
+    (d / f"part{i}.txt").write_text(TEXT[i * 1000:] + TEXT[: i * 1000])
+  return str(d / "part*.txt")
+
+
+@pytest.fixture(scope="session")
+def stdlib_dir(tmp_path_factory):
+  """The default corpus, prepared once per test session (about 10 s)."""
+  from resnorm import corpus
+  d = str(tmp_path_factory.mktemp("tfds"))
+  corpus.prepare(d)
+  return d
+
+
+def text_config(path, residual="pre_norm", num_layers=2, **over):
+  return tiny_config(residual, num_layers, **{"data.name": "text_files", "data.paths": path, **over})
+
+
+def init_and_apply(cfg, seed=0, batch=2, t=16):
+  """(mcfg, params, tokens, logits) with jitted init and apply; params unboxed."""
+  import flax
+  from resnorm import configlib
+  from resnorm.model import LM
+  mcfg = configlib.model_config(cfg)
+  tokens = jax.random.randint(jax.random.key(seed + 1), (batch, t), 0, 256)
+  params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(seed), tokens)["params"])
+  return mcfg, params, tokens, apply_fn(mcfg)(params, tokens)
+
+
+def apply_fn(mcfg):
+  from resnorm.model import LM
+  return jax.jit(lambda p, tok: LM(mcfg).apply({"params": p}, tok)[0])
+
+
+def param_shapes(cfg):
+  """The param tree as ShapeDtypeStructs, without compiling anything."""
+  import flax
+  from resnorm import configlib
+  from resnorm.model import LM
+  mcfg = configlib.model_config(cfg)
+  tokens = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jax.numpy.int32)
+  return flax.linen.unbox(jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"])

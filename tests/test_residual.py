@@ -1,0 +1,161 @@
+"""Residual variants: the equivalences and facts VARIANTS.md states, and that every param learns."""
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from conftest import init_and_apply, param_shapes, tiny_config
+from resnorm import configlib, flops, optim, residual, step
+from resnorm.model import LM
+from resnorm.residual.classic import deepnorm_alpha_beta, mix_ln_split
+from resnorm.residual.mhc import sinkhorn
+
+VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
+
+
+def _logits(cfg, seed=0):
+  _, params, _, logits = init_and_apply(cfg, seed)
+  return logits, params
+
+
+@pytest.mark.parametrize("n,dynamic", [(1, False), (2, True), (4, False), (4, True)])
+def test_hc_at_paper_init_equals_pre_norm(n, dynamic):
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config("hc", 3, **{"model.hc.n": n, "model.hc.dynamic": dynamic}))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_mhc_without_input_term_equals_pre_norm():
+  """a = 0 (the coefficients' input term) and b_post = 0: H_post = 1, H_res x = x, H_pre x = (n/2) x absorbed by
+  the block norm; equal up to the norms' eps."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config("mhc", 3, **{"model.mhc.alpha_init": 0.0}))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+  out, _ = _logits(tiny_config("mhc", 3, **{"model.mhc.alpha_init": 0.0, "model.mhc.sym_break": "onehot"}))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_mhc_default_random_phi_is_close_to_pre_norm():
+  """With random phi and a = 0.01, H_post deviates from 1 by O(a): measured max |logit diff| < 0.05 here."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config("mhc", 3))
+  diff = float(jnp.max(jnp.abs(out - ref)))
+  assert 0 < diff < 0.05, diff
+
+
+def test_sinkhorn_rows_exact_columns_within_tolerance_and_grads_finite():
+  logits = jax.random.normal(jax.random.key(0), (64, 4, 4)) * 2.0
+  logits = logits.at[0].set(0.0)  # all-tied logits: the case whose gradient once came back NaN
+  m = sinkhorn(logits, 20)
+  np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-6)
+  # columns converge with the iteration count: measured max error 0.027 at 20 iterations for logits ~ N(0, 4)
+  col_err = lambda it: float(jnp.abs(sinkhorn(logits, it).sum(-2) - 1).max())
+  assert col_err(20) < 0.05 and col_err(200) < 1e-4 and col_err(2) > col_err(20)
+  w = jax.random.normal(jax.random.key(1), (1, 4, 4))  # not of the form r_i + c_j, whose gradient is exactly 0
+  g = jax.grad(lambda x: jnp.sum(sinkhorn(x, 20) * w))(logits)
+  assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).max()) > 0
+
+
+def test_hc_expand_reduce_on_identity_mixing():
+  """Streams stay identical under A_r = I, so the state summed at the end is n times Pre-Norm's."""
+  from resnorm.residual.hyper import HyperConnection
+  cfg = configlib.model_config(tiny_config("hc", 1, **{"model.hc.dynamic": False}))
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  h = jnp.repeat(x[:, :, None], 4, axis=2)
+  mod = HyperConnection(cfg)
+  branch = lambda u: 2.0 * u
+  params = mod.init(jax.random.key(1), h, branch, lambda u: u, 0, 0)
+  out, taps = mod.apply(params, h, branch, lambda u: u, 0, 0)
+  np.testing.assert_allclose(out.sum(2), 4 * (x + 2 * x), rtol=1e-6)
+  np.testing.assert_allclose(taps["mix"][0, 0], np.eye(4))
+
+
+def test_deepnorm_constants_at_48_layers():
+  alpha, beta = deepnorm_alpha_beta(48)
+  assert round(alpha, 2) == 3.13 and round(beta, 2) == 0.23
+
+
+def test_mix_ln_split_and_segments():
+  cfg = tiny_config("mix_ln", 8)
+  assert mix_ln_split(cfg.model) == 2
+  segs = residual.get("mix_ln").layer_segments(cfg.model)
+  assert [(s[0], s[1], s[2].__name__) for s in segs] == [("blocks_post", 2, "PostNorm"), ("blocks_pre", 6, "PreNorm")]
+  params = param_shapes(cfg)
+  assert params["blocks_post"]["attn"]["q"].shape[0] == 2 and params["blocks_pre"]["attn"]["q"].shape[0] == 6
+
+
+def test_rezero_is_identity_at_init():
+  from resnorm.residual.classic import ReZero
+  cfg = configlib.model_config(tiny_config("rezero"))
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  params = ReZero(cfg).init(jax.random.key(1), x, jnp.sin, None, 0, 0)
+  out, _ = ReZero(cfg).apply(params, x, jnp.sin, None, 0, 0)
+  np.testing.assert_array_equal(out, x)
+
+
+def test_ln_scaling_factors():
+  from resnorm.residual.classic import LNScaling
+  cfg = configlib.model_config(tiny_config("ln_scaling"))
+  x = jnp.ones((1, 2, 32))
+  for layer in (0, 3, 8):
+    out, _ = LNScaling(cfg).apply({}, x, lambda u: u, lambda u: u, layer, 2 * layer)
+    np.testing.assert_allclose(out - x, x / np.sqrt(layer + 1), rtol=1e-6)
+
+
+def _batch(seed, b=4, t=16):
+  tok = jax.random.randint(jax.random.key(seed), (b, t + 1), 0, 256)
+  return {"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": jnp.ones((b, t))}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_param_learns_and_five_steps_are_finite(name):
+  cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
+  mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
+  batches = jax.tree.map(lambda *a: jnp.stack(a), *[_batch(i) for i in range(5)])
+
+  @jax.jit
+  def run():
+    state = flax.linen.unbox(step.init_state(cfg, mcfg, tx, jax.random.key(0), cfg.data.seq_len))
+    state, metrics = jax.lax.scan(lambda s, b: step.train_step(s, b, cfg=cfg, mcfg=mcfg, tx=tx), state, batches)
+    return metrics["finite"], jax.grad(step.make_loss_fn(mcfg))(state["params"], _batch(9))
+
+  finite, grads = run()
+  assert bool(jnp.all(finite)), name
+  # after training steps, every param has a non-zero gradient (catches mixing that is computed, then dropped)
+  flat = flax.traverse_util.flatten_dict(grads)
+  dead = [k for k, g in flat.items() if not float(jnp.max(jnp.abs(g))) > 0]
+  assert not dead, dead
+
+
+def test_weight_decay_mask_exempts_static_hc_and_norms():
+  cfg = tiny_config("hc", 2)
+  params = param_shapes(cfg)
+  mask = flax.traverse_util.flatten_dict(optim.decay_mask(params, cfg))
+  by_name = {}
+  for k, v in mask.items():
+    by_name.setdefault(k[-1], set()).add(v)
+  assert by_name["static_alpha"] == {False} and by_name["static_beta"] == {False}
+  assert by_name["s_alpha"] == {False} and by_name["scale"] == {False} and by_name["embed"] == {False}
+  assert by_name["w_alpha"] == {True} and by_name["q"] == {True} and by_name["wo"] == {True}
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_param_count_formula_matches_tree(name):
+  for over in ({}, {"model.norm": "rmsnorm", "model.hc.dynamic": False, "model.tie_embed": True}):
+    cfg = tiny_config(name, 4, **over)
+    params = param_shapes(cfg)
+    assert flops.param_count(configlib.model_config(cfg)) == sum(x.size for x in jax.tree.leaves(params))
+
+
+def test_flops_hand_count():
+  cfg = tiny_config("pre_norm", 2)
+  m = configlib.model_config(cfg)
+  d, f, v, t = 32, 64, 320, 16
+  per_layer = 2 * (4 * d * d + 2 * d * f) + 4 * t * d
+  assert flops.forward_flops_per_token(m, t) == 2 * per_layer + 2 * d * v
+  hc = configlib.model_config(tiny_config("hc", 2, **{"model.hc.dynamic": False}))
+  n = 4
+  assert flops.forward_flops_per_token(hc, t) - flops.forward_flops_per_token(m, t) == 4 * (
+      2 * n * (n + 1) * d + 2 * n * d)
