@@ -17,7 +17,7 @@ train: $(STAMP)
 	$(BIN)/python train.py --config=configs/post_norm_96l.py --workdir=runs/post_norm_96l
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n 2 tests
 
 clean:
 	rm -rf runs

@@ -39,6 +39,11 @@ def parse(argv):
     rest = FLAGS(argv)
   except flags.Error as e:
     raise InputError(_one_line(e)) from None
+  except (KeyError, AttributeError) as e:  # an override naming a key the config does not have
+    key = str(e.args[0]).strip("'\"") if e.args else ""
+    names = [a.split("=")[0][len("--config."):] for a in argv if a.startswith("--config.")]
+    name = next((n for n in names if key in n.split(".")), key)
+    raise InputError(f"unknown config key {name!r}") from None
   except Exception as e:  # config_flags raises plain errors for unreadable config files
     raise InputError(_one_line(e)) from None
   logging.set_verbosity(logging.WARNING)
@@ -48,6 +53,8 @@ def parse(argv):
 def load_config():
   try:
     cfg = FLAGS.config
+    if cfg is not None:
+      cfg.to_dict()  # config_flags defers a load failure to the first access
   except Exception as e:
     raise InputError(_one_line(e)) from None
   if cfg is None:

@@ -149,8 +149,6 @@ class Trainer:
         with self.s.mesh_context():
           state, metrics = train_step(state, batch)
         step += 1
-        if step < t.steps:  # prefetch: the host prepares the next batch while the device computes
-          batch = self.s.device_batch(next(self.train_it))
         prev, pending = pending, (step, metrics)
         todo = [prev] if prev else []
         sync = step % t.eval_every == 0 or step % t.ckpt_every == 0 or step == t.steps or preempt.signal
@@ -185,6 +183,9 @@ class Trainer:
           return EXIT_PREEMPTED
         if step >= t.steps:
           break
+        # after the checkpoint, so the saved iterator state is exactly `step` batches in; the device is still
+        # busy with this step while the host prepares the next batch
+        batch = self.s.device_batch(next(self.train_it))
       self.ckpt.wait()
       self._summary("completed", step, compile_s=compile_s, skipped_steps=skipped_total)
       return 0

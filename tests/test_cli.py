@@ -1,0 +1,88 @@
+"""train.py and eval.py as a user runs them: end to end, and one clear line + exit 2 for bad input."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
+TINY = ["--config.model.num_layers=2", "--config.model.d_model=32", "--config.model.num_heads=2",
+        "--config.model.mlp_dim=64", "--config.data.seq_len=16", "--config.train.batch_size=4",
+        "--config.data.eval_batches=2", "--config.train.steps=4", "--config.train.warmup_steps=1",
+        "--config.train.log_every=1", "--config.train.eval_every=2", "--config.train.ckpt_every=2"]
+
+
+def run(script, *args, cwd=ROOT):
+  return subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=cwd, env=ENV,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _text_args(text_corpus):
+  return ["--config.data.name=text_files", f"--config.data.paths={text_corpus}"]
+
+
+def test_train_then_eval_end_to_end(tmp_path, text_corpus):
+  wd = str(tmp_path / "run")
+  r = run("train.py", "--config=configs/mhc_12l.py", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "step 4/4" in r.stdout and "params" in r.stdout
+  for name in ("config.json", "metrics.jsonl", "summary.json", "diagnostics.jsonl"):
+    assert os.path.exists(os.path.join(wd, name)), name
+  assert os.listdir(os.path.join(wd, "tb"))
+  summary = json.load(open(os.path.join(wd, "summary.json")))
+  assert summary["status"] == "completed" and summary["residual"] == "mhc" and summary["num_layers"] == 2
+  lines = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
+  assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(lines[0])
+  assert any("eval_loss" in l for l in lines)
+  # the same command again: already complete, nothing retrained
+  r = run("train.py", "--config=configs/mhc_12l.py", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
+  assert r.returncode == 0 and "compiled" not in r.stdout
+  # eval uses the checkpoint's own config, whatever the current config files say
+  r = run("eval.py", f"--workdir={wd}", "--step=2")
+  assert r.returncode == 0, r.stderr[-2000:]
+  out = json.load(open(os.path.join(wd, "eval", "step_2.json")))
+  assert out["residual"] == "mhc" and out["num_layers"] == 2 and out["step"] == 2
+  assert out["eval_loss"] > 0 and out["bits_per_byte"] == pytest.approx(out["eval_loss"] / 0.6931471805599453)
+  assert len(out["sublayers"]) == 4 and out["sublayers"][0]["gain_forward"] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_eval_init_writes_diagnostics(tmp_path, text_corpus):
+  out = str(tmp_path / "init")
+  r = run("eval.py", "--config=configs/hc_12l.py", "--init", f"--outdir={out}", *TINY, *_text_args(text_corpus))
+  assert r.returncode == 0, r.stderr[-2000:]
+  res = json.load(open(os.path.join(out, "init.json")))
+  assert res["step"] == 0 and res["residual"] == "hc" and len(res["sublayers"]) == 4
+  assert all(s["gain_forward"] == pytest.approx(1.0) and s["gain_backward"] == pytest.approx(1.0)
+             for s in res["sublayers"])
+
+
+BAD = [
+    (["--config=configs/pre_norm_12l.py", "--config.model.residual=nope"], "model.residual='nope' is unknown"),
+    (["--config=configs/pre_norm_12l.py", "--config.model.norm=batchnorm"], "model.norm='batchnorm'"),
+    (["--config=configs/pre_norm_12l.py", "--config.model.num_heads=3"], "model.num_heads=3 must divide"),
+    (["--config=configs/pre_norm_12l.py", "--config.train.lr=0"], "train.lr=0"),
+    (["--config=configs/pre_norm_12l.py", "--config.train.warmup_steps=999"], "train.warmup_steps=999"),
+    (["--config=configs/pre_norm_12l.py", "--config.model.nope=1"], "unknown config key 'model.nope'"),
+    (["--config=configs/pre_norm_12l.py", "--config.model.num_layers=abc"], "num_layers"),
+    (["--config=configs/missing.py"], "configs/missing.py"),
+    (["--config=configs/pre_norm_12l.py:gpu"], "config scale 'gpu' is unknown"),
+    (["--config=configs/pre_norm_12l.py", "--config.data.name=text_files", "--config.data.paths=/no/such*.txt"],
+     "matches no file"),
+]
+
+
+@pytest.mark.parametrize("args,msg", BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
+  wd = tmp_path / "wd"
+  r = run("train.py", *args, f"--workdir={wd}")
+  assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+  assert msg in r.stderr and "Traceback" not in r.stderr
+  assert len([l for l in r.stderr.splitlines() if l.startswith("error:")]) == 1
+  assert not wd.exists()
+
+
+def test_eval_errors(tmp_path):
+  r = run("eval.py", f"--workdir={tmp_path}")
+  assert r.returncode == 2 and "no checkpoints" in r.stderr and "Traceback" not in r.stderr

@@ -1,0 +1,45 @@
+"""Optimizer: schedules (warmup shape, decay end values), clipping, weight-decay mask."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import param_shapes, tiny_config
+from resnorm import optim
+
+
+@pytest.mark.parametrize("name", optim.SCHEDULES)
+def test_schedule_warmup_then_decay(name):
+  cfg = tiny_config(**{"train.steps": 100, "train.warmup_steps": 10, "train.lr": 1e-3, "train.schedule": name,
+                       "train.min_lr_ratio": 0.1})
+  sched = optim.schedule(cfg.train)
+  lrs = np.array([float(sched(s)) for s in range(101)])
+  np.testing.assert_allclose(lrs[:11], np.linspace(0, 1e-3, 11), rtol=1e-5, atol=1e-9)  # linear warmup from 0
+  assert np.all(np.diff(lrs[10:]) <= 1e-12)
+  end = {"cosine": 1e-4, "linear": 1e-4, "constant": 1e-3, "rsqrt": 1e-3 / np.sqrt(1 + 90 / 10)}[name]
+  np.testing.assert_allclose(lrs[100], end, rtol=1e-4)
+
+
+def test_no_warmup_starts_at_peak():
+  cfg = tiny_config(**{"train.warmup_steps": 0, "train.schedule": "constant", "train.lr": 3e-3})
+  assert float(optim.schedule(cfg.train)(0)) == pytest.approx(3e-3)
+
+
+def test_decay_mask_embeddings_optional():
+  cfg = tiny_config("pre_norm")
+  mask = optim.decay_mask(param_shapes(cfg), cfg)
+  assert mask["embed"] is False and mask["head"] is True and mask["final_norm"]["scale"] is False
+  assert mask["blocks"]["attn"]["q"] is True and mask["blocks"]["attn_norm"]["bias"] is False
+  cfg.train.decay_embed = True
+  assert optim.decay_mask(param_shapes(cfg), cfg)["embed"] is True
+
+
+def test_weight_decay_only_touches_masked_params():
+  cfg = tiny_config(**{"train.weight_decay": 0.5, "train.lr": 0.1, "train.warmup_steps": 0, "train.grad_clip": 1.0,
+                       "train.schedule": "constant"})
+  tx = optim.make(cfg)
+  params = {"head": jnp.ones((2, 2)), "embed": jnp.ones((2, 2))}
+  zero = jax.tree.map(jnp.zeros_like, params)
+  updates, _ = tx.update(zero, tx.init(params), params)
+  np.testing.assert_allclose(updates["head"], -0.1 * 0.5 * np.ones((2, 2)), rtol=1e-6)
+  np.testing.assert_array_equal(updates["embed"], 0.0)

@@ -1,0 +1,77 @@
+"""The loop: resume == uninterrupted, metrics without duplicates, divergence as a result."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import text_config
+from resnorm import ckpt, setup, trainer
+from resnorm.errors import EXIT_DIVERGED, InputError
+
+
+def _metrics(path):
+  with open(os.path.join(path, "metrics.jsonl")) as f:
+    return [{k: v for k, v in json.loads(l).items() if k != "tokens_per_s"} for l in f]
+
+
+def _final_params(cfg, path, step):
+  s = setup.build(cfg)
+  state, _ = ckpt.Checkpointer(os.path.join(os.path.abspath(path), "checkpoints"), read_only=True).restore(
+      step, s.abstract)
+  return state
+
+
+def test_resume_equals_uninterrupted(tmp_path, text_corpus):
+  cfg = text_config(text_corpus, "hc")
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  assert trainer.train(cfg, a) == 0
+  assert trainer.train(cfg, b) == 0
+  # simulate a crash after the step-3 checkpoint: the last checkpoint and the summary never happened
+  shutil.rmtree(os.path.join(b, "checkpoints", "6"))
+  with open(os.path.join(b, "metrics.jsonl"), "a") as f:
+    f.write('{"step": 5, "loss": 1.0')  # a half-written line from the killed process
+  assert trainer.train(cfg, b) == 0
+  ma, mb = _metrics(a), _metrics(b)
+  assert ma == mb  # identical losses, and no step logged twice
+  steps = [m["step"] for m in mb if "loss" in m]
+  assert steps == sorted(set(steps)) == list(range(1, 7))
+  pa, pb = _final_params(cfg, a, 6), _final_params(cfg, b, 6)
+  for x, y in zip(_leaves(pa), _leaves(pb)):
+    np.testing.assert_array_equal(x, y)
+  summary = json.load(open(os.path.join(b, "summary.json")))
+  assert summary["status"] == "completed" and summary["step"] == 6 and summary["params"] > 0
+  assert summary["flops_per_token"] > 0 and summary["final_eval_loss"] is not None
+
+
+def _leaves(tree):
+  import jax
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_nonfinite_loss_is_divergence(tmp_path, text_corpus):
+  cfg = text_config(text_corpus, **{"train.lr": 1e30, "train.grad_clip": 0.0, "train.warmup_steps": 0})
+  out = str(tmp_path / "d")
+  assert trainer.train(cfg, out) == EXIT_DIVERGED
+  summary = json.load(open(os.path.join(out, "summary.json")))
+  assert summary["status"] == "diverged" and summary["diverged_step"] == 2 and "non-finite" in summary["reason"]
+
+
+def test_skip_nonfinite_counts_then_stops(tmp_path, text_corpus):
+  cfg = text_config(text_corpus, **{"train.lr": 1e30, "train.grad_clip": 0.0, "train.warmup_steps": 0,
+                                    "train.skip_nonfinite": True, "train.max_skipped": 3})
+  out = str(tmp_path / "s")
+  assert trainer.train(cfg, out) == EXIT_DIVERGED
+  summary = json.load(open(os.path.join(out, "summary.json")))
+  assert summary["diverged_step"] == 4 and summary["skipped_steps"] == 3 and "max_skipped" in summary["reason"]
+
+
+def test_resume_with_another_residual_is_refused(tmp_path, text_corpus):
+  out = str(tmp_path / "r")
+  cfg = text_config(text_corpus, **{"train.steps": 3})
+  assert trainer.train(cfg, out) == 0
+  before = sorted(os.listdir(out))
+  with pytest.raises(InputError, match="model.residual='pre_norm' but the config asks for model.residual='hc'"):
+    trainer.train(text_config(text_corpus, "hc", **{"train.steps": 3}), out)
+  assert sorted(os.listdir(out)) == before
