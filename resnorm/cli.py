@@ -90,8 +90,16 @@ def main_eval(argv) -> int:
   flags.DEFINE_bool("init", False, "Evaluate a freshly initialized model of --config.")
   flags.DEFINE_string("outdir", None, "Output directory (--init, --sweep).")
   flags.DEFINE_integer("eval_batches", None, "Validation batches (default: the config's data.eval_batches).")
+  flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
+  flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   parse(argv)
   _quiet_jax()
+  if FLAGS.sweep:
+    if not FLAGS.outdir:
+      raise InputError("--sweep needs --outdir")
+    from resnorm import sweep_report
+    sweep_report.report(FLAGS.sweep, FLAGS.outdir)
+    return 0
   from resnorm import evaluate
   if FLAGS.init:
     if not FLAGS.outdir:
@@ -99,4 +107,4 @@ def main_eval(argv) -> int:
     return evaluate.eval_init(load_config(), FLAGS.outdir, FLAGS.eval_batches)
   if not FLAGS.workdir:
     raise InputError("give --workdir=DIR (a training run), or --config=... --init --outdir=OUT")
-  return evaluate.eval_workdir(FLAGS.workdir, FLAGS.step, FLAGS.eval_batches)
+  return evaluate.eval_workdir(FLAGS.workdir, FLAGS.step, FLAGS.eval_batches, FLAGS.all_steps)

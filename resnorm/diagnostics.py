@@ -114,8 +114,50 @@ def tap_stats(taps) -> dict:
       "cos_next_p95": jnp.percentile(cos, 95, axis=1),
   }
   if "mix" in taps:
-    out.update(composite_gains(taps["mix"]))
+    mix = taps["mix"].astype(jnp.float32)
+    out.update(composite_gains(mix))
+    out["mix_row_err"] = jnp.max(jnp.abs(jnp.sum(mix, axis=-1) - 1.0), axis=(1, 2, 3))  # Sinkhorn residuals
+    out["mix_col_err"] = jnp.max(jnp.abs(jnp.sum(mix, axis=-2) - 1.0), axis=(1, 2, 3))
   return out
+
+
+def angular_distance(u_SBTD) -> jax.Array:
+  """[S, S] Gromov et al. (2403.17887) angular distance (1/pi) arccos cos(u_l, u_m) of the last token, averaged
+  over the batch. Row l, column l + k is the distance from sublayer l's input to sublayer (l + k)'s."""
+  last = u_SBTD[:, :, -1].astype(jnp.float32)                                     # [S, B, D]
+  unit = last / jnp.maximum(jnp.linalg.norm(last, axis=-1, keepdims=True), 1e-12)
+  cos = jnp.einsum("sbd,rbd->srb", unit, unit)
+  return jnp.mean(jnp.arccos(jnp.clip(cos, -1.0, 1.0)), axis=-1) / jnp.pi
+
+
+def make_diag_fn(cfg, mcfg):
+  """Jitted (params, batch) -> per-sublayer statistics, grad sum of squares, angular distances and the mean
+  mixing matrices: one forward + backward with taps collected, no Python loop over layers."""
+  from resnorm import step as step_lib
+  from resnorm.model import LM
+
+  def fn(params, batch):
+    def loss_with_taps(p):
+      logits, taps = LM(mcfg, collect=True).apply({"params": p}, batch["inputs"])
+      total, count = step_lib.loss_and_count(logits, batch)
+      return total / jnp.maximum(count, 1.0), taps
+    grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
+    out = {"stats": tap_stats(taps), "grad_sumsq": sublayer_grad_sumsq(grads, cfg),
+           "angular": angular_distance(taps["u"])}
+    if "mix" in taps:
+      out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
+    return out
+  return jax.jit(fn)
+
+
+def summarize(cfg, out: dict, full: bool) -> dict:
+  """Host-side JSON: `sublayers` always; the angular-distance matrix and mixing matrices when `full`."""
+  res = {"sublayers": sublayer_report(cfg, out["stats"], out["grad_sumsq"])}
+  if full:
+    res["angular_distance"] = [[round(float(x), 5) for x in row] for row in out["angular"]]
+    if "mixing" in out:
+      res["mixing"] = [[[round(float(x), 5) for x in row] for row in m] for m in out["mixing"]]
+  return res
 
 
 def sublayer_report(cfg, stats: dict, grad_sumsq) -> list[dict]:

@@ -1,25 +1,10 @@
 """eval.py's work: evaluate a checkpoint with its own config (or a fresh init) and write the diagnostics JSON."""
-import functools
 import os
 
 import jax
-import jax.numpy as jnp
 
-from resnorm import ckpt, configlib, data, diagnostics, setup as setup_lib, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, plots, setup as setup_lib, workdir as wd
 from resnorm.errors import InputError, check
-from resnorm.model import LM
-
-
-def _diag_fn(cfg, mcfg):
-  """Jitted: (params, batch) -> (tap statistics, per-sublayer grad sum of squares)."""
-  def fn(params, batch):
-    def loss_with_taps(p):
-      logits, taps = LM(mcfg, collect=True).apply({"params": p}, batch["inputs"])
-      total, count = step_lib.loss_and_count(logits, batch)
-      return total / jnp.maximum(count, 1.0), taps
-    grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
-    return diagnostics.tap_stats(taps), diagnostics.sublayer_grad_sumsq(grads, cfg)
-  return jax.jit(fn)
 
 
 def report(s: setup_lib.Setup, params, batches, step: int) -> dict:
@@ -27,8 +12,8 @@ def report(s: setup_lib.Setup, params, batches, step: int) -> dict:
   result = {"step": step, "residual": cfg.model.residual, "num_layers": cfg.model.num_layers,
             **s.evaluate(params, batches)}
   with s.mesh_context():
-    stats, gsq = jax.device_get(_diag_fn(cfg, s.mcfg)(params, s.device_batch(batches[0])))
-  result["sublayers"] = diagnostics.sublayer_report(cfg, stats, gsq)
+    out = jax.device_get(diagnostics.make_diag_fn(cfg, s.mcfg)(params, s.device_batch(batches[0])))
+  result.update(diagnostics.summarize(cfg, out, full=True))
   return result
 
 
@@ -44,24 +29,44 @@ def eval_init(cfg, outdir: str, eval_batches=None) -> int:
   batches = _batches(cfg, eval_batches)
   result = report(s, s.init_state()["params"], batches, 0)
   _write(outdir, "init.json", result)
+  if jax.process_index() == 0:
+    plots.depth_figures(result, outdir, prefix="init_")
   return 0
 
 
-def eval_workdir(workdir: str, step: int | None, eval_batches=None) -> int:
+def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: bool = False) -> int:
   ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
   check(os.path.isdir(ckpt_dir), f"--workdir={workdir!r} has no checkpoints/ directory")
   checkpointer = ckpt.Checkpointer(ckpt_dir, read_only=True)
   steps = checkpointer.steps()
   check(steps, f"--workdir={workdir!r} has no checkpoint")
-  step = steps[-1] if step is None else step
-  check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
-  stored = checkpointer.config(step) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
-  cfg = configlib.from_json(stored)
-  s = setup_lib.build(cfg)
-  state, _ = checkpointer.restore(step, s.abstract)
-  result = report(s, state["params"], _batches(cfg, eval_batches), step)
-  _write(os.path.join(workdir, "eval"), f"step_{step}.json", result)
+  if not all_steps:
+    step = steps[-1] if step is None else step
+    check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
+  outdir = os.path.join(workdir, "eval")
+  results = []
+  for k in (steps if all_steps else [step]):
+    stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
+    cfg = configlib.from_json(stored)  # the checkpoint's own config, never the caller's
+    s = setup_lib.build(cfg)
+    state, _ = checkpointer.restore(k, s.abstract)
+    results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
+    _write(outdir, f"step_{k}.json", results[-1])
+  if jax.process_index() == 0:
+    summary = _read_optional(os.path.join(workdir, "summary.json"))
+    plots.loss_curves(wd.read_jsonl(os.path.join(workdir, "metrics.jsonl")), summary.get("spike_steps"),
+                      os.path.join(outdir, "loss.png"), f"{results[-1]['residual']} L={results[-1]['num_layers']}")
+    plots.depth_figures(results[-1], outdir)
+    if all_steps and len(results) > 1:
+      plots.evolution(results, outdir)
   return 0
+
+
+def _read_optional(path):
+  try:
+    return wd.read_json(path, "summary")
+  except InputError:
+    return {}
 
 
 def _write(outdir, name, result):

@@ -44,7 +44,7 @@ def train_step(state, batch, *, cfg, mcfg, tx):
   """One AdamW step. A non-finite loss or gradient leaves params and optimizer state unchanged (the host then
   stops the run as diverged, or counts the skip with `train.skip_nonfinite`)."""
   loss, grads = jax.value_and_grad(make_loss_fn(mcfg))(state["params"], batch)
-  gnorm = optax.global_norm(grads)
+  gnorm = optax.tree.norm(grads)
   ok = jnp.isfinite(loss) & jnp.isfinite(gnorm)
   updates, new_opt = tx.update(grads, state["opt_state"], state["params"])
   new_params = optax.apply_updates(state["params"], updates)

@@ -61,6 +61,7 @@ class Trainer:
     self.params = flops.param_count(self.s.mcfg)
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
     self.last = {"loss": None, "eval": {}}
+    self.diag_s = 0.0
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
@@ -81,7 +82,8 @@ class Trainer:
         "status": status, "step": step, "final_train_loss": self.last["loss"],
         "final_eval_loss": self.last["eval"].get("eval_loss"), "bits_per_byte": self.last["eval"].get("bits_per_byte"),
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
-        "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events), **extra})
+        "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
+        "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3), **extra})
 
   def _log(self, rec: dict):
     if self.lead:
@@ -112,6 +114,26 @@ class Trainer:
     print(f"step {step} | eval_loss {self.last['eval']['eval_loss']:.4f} | "
           f"bpb {self.last['eval']['bits_per_byte']:.4f}", flush=True)
 
+  def _diagnostics(self, state, batch, step: int):
+    """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard."""
+    t0 = time.perf_counter()
+    if not hasattr(self, "_diag_fn"):
+      self._diag_fn = diagnostics.make_diag_fn(self.cfg, self.s.mcfg)
+    with self.s.mesh_context():
+      out = jax.device_get(self._diag_fn(state["params"], batch))
+    self.diag_s += time.perf_counter() - t0
+    if not self.lead:
+      return
+    rows = diagnostics.summarize(self.cfg, out, full=False)["sublayers"]
+    m = self.cfg.model
+    self.diag.write({"step": step, "residual": m.residual, "num_layers": m.num_layers, "sublayers": rows})
+    scalars = {}
+    for key in ("grad_norm", "act_rms", "cos_next_median", "update_ratio", "gain_forward", "gain_backward"):
+      for r in rows:
+        if r.get(key) is not None:
+          scalars[f"diag/{key}/{r['index']:03d}_{r['kind']}"] = r[key]
+    self.tb.scalars(step, scalars)
+
   def _check(self, step: int, m: dict) -> str | None:
     """Handles one step's fetched metrics; returns a divergence reason or None."""
     loss = float(m["loss"])
@@ -141,6 +163,8 @@ class Trainer:
     batch = self.s.device_batch(next(self.train_it))
     train_step, compile_s = self.s.compile_train_step(state, batch)
     print(f"compiled train step in {compile_s:.1f}s", flush=True)
+    if t.diag_every and start == 0:
+      self._diagnostics(state, batch, 0)
     preempt = _Preemption()
     tokens_per_step = t.batch_size * cfg.data.seq_len
     pending, step, t_log, s_log, skipped_total = None, start, time.perf_counter(), start, 0
@@ -173,6 +197,8 @@ class Trainer:
                   f"{tps:,.0f} tok/s", flush=True)
         if step % t.eval_every == 0 or step == t.steps:
           self._eval(state, step)
+        if t.diag_every and (step % t.diag_every == 0 or step == t.steps):
+          self._diagnostics(state, batch, step)
         if step % t.ckpt_every == 0 or step == t.steps or preempt.signal:
           self._save(state, step)
         if preempt.signal:
@@ -188,6 +214,7 @@ class Trainer:
         batch = self.s.device_batch(next(self.train_it))
       self.ckpt.wait()
       self._summary("completed", step, compile_s=compile_s, skipped_steps=skipped_total)
+      print(f"done: {step} steps; diagnostics took {self.diag_s:.1f}s", flush=True)
       return 0
     finally:
       preempt.restore()

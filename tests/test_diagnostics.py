@@ -1,0 +1,96 @@
+"""Diagnostics against NumPy references on a tiny model; gains; spikes."""
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_and_apply, tiny_config
+from resnorm import configlib, diagnostics, step
+
+
+def _batch(b=2, t=16):
+  tok = jax.random.randint(jax.random.key(3), (b, t + 1), 0, 256)
+  return {"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": jnp.ones((b, t))}
+
+
+@pytest.fixture(scope="module", params=["pre_norm", "hc"])
+def diag(request):
+  cfg = tiny_config(request.param, 3)
+  mcfg, params, _, _ = init_and_apply(cfg)
+  batch = _batch()
+  out = jax.device_get(diagnostics.make_diag_fn(cfg, mcfg)(params, batch))
+  from resnorm.model import LM
+  _, taps = jax.jit(lambda p, x: LM(mcfg, collect=True).apply({"params": p}, x))(params, batch["inputs"])
+  return cfg, mcfg, params, batch, out, jax.device_get(taps)
+
+
+def test_taps_are_depth_ordered_sublayer_inputs(diag):
+  cfg, _, _, _, out, taps = diag
+  assert taps["u"].shape == (6, 2, 16, 32)
+  u = np.asarray(taps["u"], np.float64)
+  np.testing.assert_allclose(out["stats"]["act_rms"], np.sqrt((u ** 2).mean(axis=(1, 2, 3))), rtol=1e-5)
+  cos = (u[:-1] * u[1:]).sum(-1) / (np.linalg.norm(u[:-1], axis=-1) * np.linalg.norm(u[1:], axis=-1))
+  cos = cos.reshape(5, -1)
+  np.testing.assert_allclose(out["stats"]["cos_next_median"], np.median(cos, axis=1), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out["stats"]["cos_next_p05"], np.percentile(cos, 5, axis=1), rtol=1e-5, atol=1e-6)
+  f = np.asarray(taps["f"], np.float64)
+  ratio = (np.linalg.norm(f, axis=-1) / np.linalg.norm(u, axis=-1)).mean(axis=(1, 2))
+  np.testing.assert_allclose(out["stats"]["update_ratio"], ratio, rtol=1e-5)
+
+
+def test_grad_norm_of_stacked_axis_equals_per_layer_norms(diag):
+  cfg, mcfg, params, batch, out, _ = diag
+  grads = jax.grad(step.make_loss_fn(mcfg))(params, batch)
+  flat = flax.traverse_util.flatten_dict(grads["blocks"])
+  for i in range(6):
+    layer, kind = divmod(i, 2)
+    prefix = ("attn", "mlp")[kind]
+    sq = sum(float(np.sum(np.square(np.asarray(v[layer], np.float64)))) for k, v in flat.items()
+             if k[0].split("_")[0] == prefix)
+    np.testing.assert_allclose(np.sqrt(out["grad_sumsq"][i]), np.sqrt(sq), rtol=1e-5)
+
+
+def test_report_schema(diag):
+  cfg, _, _, _, out, _ = diag
+  res = diagnostics.summarize(cfg, out, full=True)
+  rows = res["sublayers"]
+  assert [r["index"] for r in rows] == list(range(6)) and [r["kind"] for r in rows[:2]] == ["attn", "mlp"]
+  assert rows[-1]["cos_next_median"] is None and rows[0]["cos_next_median"] is not None
+  assert np.array(res["angular_distance"]).shape == (6, 6)
+  np.testing.assert_allclose(np.diag(np.array(res["angular_distance"])), 0.0, atol=2e-3)
+  if cfg.model.residual == "hc":
+    assert rows[3]["gain_forward"] == pytest.approx(1.0) and np.array(res["mixing"]).shape == (6, 4, 4)
+
+
+def test_cosine_of_identical_inputs_is_one():
+  u = jnp.tile(jax.random.normal(jax.random.key(0), (1, 2, 3, 8)), (4, 1, 1, 1))
+  stats = diagnostics.tap_stats({"u": u, "f": u})
+  np.testing.assert_allclose(stats["cos_next_median"], 1.0, rtol=1e-6)
+  np.testing.assert_allclose(stats["cos_next_p05"], 1.0, rtol=1e-6)
+
+
+def test_composite_gains_match_numpy():
+  mix = jax.random.uniform(jax.random.key(0), (5, 2, 3, 3, 3)) + 0.2
+  g = diagnostics.composite_gains(mix)
+  m = np.asarray(mix, np.float64)
+  for l in range(5):
+    fwd = np.broadcast_to(np.eye(3), (2, 3, 3, 3)).copy()
+    for i in range(l + 1):
+      fwd = m[i] @ fwd
+    bwd = np.broadcast_to(np.eye(3), (2, 3, 3, 3)).copy()
+    for i in range(l, 5):
+      bwd = m[i] @ bwd
+    np.testing.assert_allclose(g["gain_forward"][l], np.abs(fwd.sum(-1)).max(-1).mean(), rtol=1e-5)
+    np.testing.assert_allclose(g["gain_backward"][l], np.abs(bwd.sum(-2)).max(-1).mean(), rtol=1e-5)
+  eye = jnp.broadcast_to(jnp.eye(3), (4, 1, 2, 3, 3))
+  np.testing.assert_allclose(diagnostics.composite_gains(eye)["gain_forward"], 1.0)
+
+
+def test_spike_detector():
+  det = diagnostics.SpikeDetector(k=6, warmup=20)
+  rng = np.random.default_rng(0)
+  losses = list(3.0 + 0.01 * rng.standard_normal(60))
+  losses[40] = 4.0
+  flags = [det.update(i, l) for i, l in enumerate(losses)]
+  assert flags[40] and sum(flags) == 1 and det.events[0]["step"] == 40
