@@ -27,7 +27,8 @@ def _row(path: str) -> tuple[dict, dict | None, list]:
          "spikes": summary.get("spikes")}
   if last:
     rows = last["sublayers"]
-    cos = [r["cos_next_median"] for r in rows[len(rows) * 3 // 4:] if r.get("cos_next_median") is not None]
+    cos = [r["cos_next_median"] for r in rows if r.get("cos_next_median") is not None]
+    cos = cos[len(cos) * 3 // 4:]
     row["cos_last_quarter"] = float(np.median(cos)) if cos else None
     g0, g1 = rows[0]["grad_norm"], rows[-1]["grad_norm"]
     row["grad_ratio_last_first"] = g1 / g0 if g0 else None
