@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: train test install clean
+.PHONY: train test install clean results
 
 install: $(STAMP)
 
@@ -21,3 +21,7 @@ test: $(STAMP)
 
 clean:
 	rm -rf runs
+
+# Regenerates docs/results.md and docs/figures/ (about 40 minutes on 2 cores; finished runs are reused).
+results: $(STAMP)
+	$(BIN)/python -m resnorm.results --root=runs/results

@@ -5,6 +5,8 @@ sharding) and `data` (the grain iterator state), with the resolved config as the
 walks from the newest step down and skips a checkpoint that fails to load (killed mid-save, truncated files),
 saying so in one line, so a crash never costs more than one checkpoint interval.
 """
+import os
+import shutil
 import sys
 
 import grain
@@ -15,6 +17,7 @@ import orbax.checkpoint as ocp
 class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
+    self.directory, self.read_only = directory, read_only
     opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only,
                                         enable_async_checkpointing=True)
     self.mngr = ocp.CheckpointManager(directory, options=opts)
@@ -52,7 +55,19 @@ class Checkpointer:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         print(f"warning: checkpoint step {step} cannot be restored ({type(e).__name__}: {first}); "
               "falling back to the previous one", file=sys.stderr, flush=True)
+        self._quarantine(step)
     return None, None
+
+  def _quarantine(self, step: int) -> None:
+    """Moves an unreadable checkpoint out of the manager's way (to DIR.corrupt/STEP), never deleting it, so the
+    step can be written again."""
+    if self.read_only:
+      return
+    dest = os.path.join(f"{self.directory}.corrupt", str(step))
+    shutil.rmtree(dest, ignore_errors=True)
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    shutil.move(os.path.join(self.directory, str(step)), dest)
+    self.mngr.reload()
 
   def wait(self) -> None:
     self.mngr.wait_until_finished()
