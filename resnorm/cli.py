@@ -79,6 +79,12 @@ def main_train(argv) -> int:
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
   _quiet_jax()
+  from resnorm import sharding
+  sharding.maybe_initialize_distributed()
+  if FLAGS.dry_run:
+    from resnorm import dryrun
+    dryrun.print_info(dryrun.dry_run(cfg))
+    return 0
   from resnorm import trainer
   return trainer.train(cfg, workdir)
 
@@ -94,6 +100,8 @@ def main_eval(argv) -> int:
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   parse(argv)
   _quiet_jax()
+  from resnorm import sharding
+  sharding.maybe_initialize_distributed()
   if FLAGS.sweep:
     if not FLAGS.outdir:
       raise InputError("--sweep needs --outdir")

@@ -35,7 +35,7 @@ def init_state(cfg, mcfg, tx, rng, seq_len: int):
   p_rng, s_rng = jax.random.split(rng)
   tokens = jnp.zeros((1, seq_len), jnp.int32)
   params = LM(mcfg).init(p_rng, tokens)["params"]
-  opt_state = tx.init(nn.unbox(params))
+  opt_state = tx.init(params)  # from the boxed params, so the moments carry the params' logical axes
   return {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
           "rng": jax.random.key_data(s_rng), "skipped": jnp.zeros((), jnp.int32)}
 

@@ -61,7 +61,7 @@ class Trainer:
     self.params = flops.param_count(self.s.mcfg)
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
     self.last = {"loss": None, "eval": {}}
-    self.diag_s = 0.0
+    self.diag_s, self.diag_compile_s, self._diag_fn = 0.0, 0.0, None
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
@@ -83,7 +83,8 @@ class Trainer:
         "final_eval_loss": self.last["eval"].get("eval_loss"), "bits_per_byte": self.last["eval"].get("bits_per_byte"),
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
-        "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3), **extra})
+        "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
+        "diag_compile_s": round(self.diag_compile_s, 3), **extra})
 
   def _log(self, rec: dict):
     if self.lead:
@@ -116,9 +117,12 @@ class Trainer:
 
   def _diagnostics(self, state, batch, step: int):
     """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard."""
+    if self._diag_fn is None:
+      t0 = time.perf_counter()
+      with self.s.mesh_context():
+        self._diag_fn = diagnostics.make_diag_fn(self.cfg, self.s.mcfg).lower(state["params"], batch).compile()
+      self.diag_compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if not hasattr(self, "_diag_fn"):
-      self._diag_fn = diagnostics.make_diag_fn(self.cfg, self.s.mcfg)
     with self.s.mesh_context():
       out = jax.device_get(self._diag_fn(state["params"], batch))
     self.diag_s += time.perf_counter() - t0
@@ -163,6 +167,7 @@ class Trainer:
     batch = self.s.device_batch(next(self.train_it))
     train_step, compile_s = self.s.compile_train_step(state, batch)
     print(f"compiled train step in {compile_s:.1f}s", flush=True)
+    t_start = time.perf_counter()
     if t.diag_every and start == 0:
       self._diagnostics(state, batch, 0)
     preempt = _Preemption()
@@ -213,8 +218,10 @@ class Trainer:
         # busy with this step while the host prepares the next batch
         batch = self.s.device_batch(next(self.train_it))
       self.ckpt.wait()
-      self._summary("completed", step, compile_s=compile_s, skipped_steps=skipped_total)
-      print(f"done: {step} steps; diagnostics took {self.diag_s:.1f}s", flush=True)
+      train_s = time.perf_counter() - t_start
+      self._summary("completed", step, compile_s=compile_s, skipped_steps=skipped_total, train_s=round(train_s, 3))
+      print(f"done: {step - start} steps in {train_s:.1f}s; diagnostics {self.diag_s:.1f}s "
+            f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile", flush=True)
       return 0
     finally:
       preempt.restore()
