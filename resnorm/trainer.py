@@ -180,7 +180,8 @@ class Trainer:
         step += 1
         prev, pending = pending, (step, metrics)
         todo = [prev] if prev else []
-        sync = step % t.eval_every == 0 or step % t.ckpt_every == 0 or step == t.steps or preempt.signal
+        stopping = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
+        sync = step % t.eval_every == 0 or step % t.ckpt_every == 0 or step == t.steps or stopping
         if sync:
           todo.append(pending)
           pending = None
@@ -204,13 +205,13 @@ class Trainer:
           self._eval(state, step)
         if t.diag_every and (step % t.diag_every == 0 or step == t.steps):
           self._diagnostics(state, batch, step)
-        if step % t.ckpt_every == 0 or step == t.steps or preempt.signal:
+        if step % t.ckpt_every == 0 or step == t.steps or stopping:
           self._save(state, step)
-        if preempt.signal:
+        if stopping:
           self.ckpt.wait()
-          print(f"{preempt.signal}: checkpointed step {step}; rerun the same command to resume",
+          print(f"{stopping}: checkpointed step {step}; rerun the same command to resume",
                 file=sys.stderr, flush=True)
-          self._summary("preempted", step, signal=preempt.signal)
+          self._summary("preempted", step, signal=stopping)
           return EXIT_PREEMPTED
         if step >= t.steps:
           break
