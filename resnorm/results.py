@@ -161,7 +161,7 @@ def main(argv):
   subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/results.py", f"--root={FLAGS.root}",
                   f"--jobs={FLAGS.jobs}"], cwd=ROOT, check=False)
   lines = ["# Results at CPU scale", "",
-           "Regenerate with `make results` (about 40 minutes on a 2-core CPU). Every number below is read from "
+           "Regenerate with `make results` (measured 73 minutes on the 2-core CPU while other jobs shared it; the 24 training runs take about 1.5-2.5 minutes each alone). Every number below is read from "
            "the runs by `resnorm/results.py`; the discussion under each section says where it agrees with the "
            "papers and where it does not.", ""]
   lines += init_section(fig_dir, FLAGS.root)
