@@ -23,7 +23,7 @@ def tiny_config(residual="pre_norm", num_layers=2, **over):
   c.model.d_model, c.model.num_heads, c.model.mlp_dim = 32, 2, 64
   c.data.seq_len, c.train.batch_size, c.data.eval_batches = 16, 4, 2
   c.train.steps, c.train.warmup_steps = 6, 2
-  c.train.log_every, c.train.eval_every, c.train.ckpt_every, c.train.diag_every = 1, 3, 3, 3
+  c.train.log_every, c.train.eval_every, c.train.ckpt_every, c.train.diag_every = 1, 3, 3, 0
   for key, val in over.items():
     node = c
     *path, last = key.split(".")
