@@ -13,7 +13,7 @@ import sys
 from absl import app, flags
 
 from resnorm import plots, workdir as wd
-from resnorm.sweep_report import _row
+from resnorm.sweep_report import run_row
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("root", "runs/results", "Where the sweep runs go (reused: finished runs are skipped).")
@@ -85,7 +85,7 @@ def _runs(root):
   out = {}
   for name in sorted(os.listdir(root)):
     if os.path.isfile(os.path.join(root, name, "config.json")):
-      out[name] = _row(os.path.join(root, name))
+      out[name] = run_row(os.path.join(root, name))
   return out
 
 

@@ -1,4 +1,5 @@
 """What train, eval and bench share: the mesh, the sharded initial state, and the compiled steps."""
+import contextlib
 import dataclasses
 import functools
 import math
@@ -38,7 +39,10 @@ class Setup:
     return nn.logical_axis_rules(sharding.RULES)
 
   def mesh_context(self):
-    return _Both(jax.set_mesh(self.mesh), self.rules())
+    stack = contextlib.ExitStack()
+    stack.enter_context(jax.set_mesh(self.mesh))
+    stack.enter_context(self.rules())
+    return stack
 
   def device_batch(self, local_batch: dict):
     return {k: jax.make_array_from_process_local_data(self.batch_sh, np.asarray(v)) for k, v in local_batch.items()}
@@ -65,19 +69,6 @@ class Setup:
       total, count = total + float(t), count + float(c)
     loss = total / max(count, 1.0)
     return {"eval_loss": loss, "bits_per_byte": loss / math.log(2)}
-
-
-class _Both:
-  def __init__(self, *ctx):
-    self.ctx = ctx
-
-  def __enter__(self):
-    for c in self.ctx:
-      c.__enter__()
-
-  def __exit__(self, *exc):
-    for c in reversed(self.ctx):
-      c.__exit__(*exc)
 
 
 def build(cfg, devices=None) -> Setup:

@@ -12,7 +12,7 @@ COLUMNS = ("run", "residual", "layers", "lr", "warmup", "seed", "status", "diver
            "final_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter", "grad_ratio_last_first", "max_gain")
 
 
-def _row(path: str) -> tuple[dict, dict | None, list]:
+def run_row(path: str) -> tuple[dict, dict | None, list]:
   cfg = wd.read_json(os.path.join(path, "config.json"), "run config")
   summary = {}
   if os.path.exists(os.path.join(path, "summary.json")):
@@ -46,7 +46,7 @@ def _fmt(v):
 def report(pattern: str, outdir: str) -> list[dict]:
   dirs = sorted(d for d in glob.glob(pattern) if os.path.isfile(os.path.join(d, "config.json")))
   check(dirs, f"--sweep={pattern!r} matches no run directory (a directory with config.json)")
-  runs = [_row(d) for d in dirs]
+  runs = [run_row(d) for d in dirs]
   try:
     os.makedirs(outdir, exist_ok=True)
   except OSError as e:
