@@ -13,11 +13,13 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "model.init": ("xavier", "gpt2"),
     "model.pos": ("rope", "learned"),
+    "model.attention": ("auto", "einsum", "dpa"),
     "model.remat": ("none",) + tuple(REMAT_POLICIES),
     "train.schedule": SCHEDULES,
 }
-# Fields that change the function or the param tree: a checkpoint is only valid for the same values.
-RUNTIME_MODEL_FIELDS = ("dtype", "remat")
+# Model fields that change neither the param tree nor the function (numerics, memory, speed): a checkpoint
+# resumes under any value of them. Every other model field must match.
+RUNTIME_MODEL_FIELDS = ("dtype", "remat", "attention")
 
 
 def _get(cfg, dotted):

@@ -96,44 +96,124 @@ def rope(x_BTHK: Array, base: float) -> Array:
   return out.astype(x_BTHK.dtype)
 
 
+def _causal_softmax(q_BHTK: Array, k_BHSK: Array) -> Array:
+  t = q_BHTK.shape[2]
+  s_BHTS = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK, preferred_element_type=jnp.float32)
+  s_BHTS = jnp.where(jnp.tril(jnp.ones((t, t), bool))[None, None], s_BHTS, jnp.finfo(jnp.float32).min)
+  return jax.nn.softmax(s_BHTS, axis=-1)
+
+
+@jax.custom_vjp
+def _attend(q_BHTK: Array, k_BHSK: Array, v_BHSK: Array) -> Array:
+  """softmax(q k^T + causal mask) v for a pre-scaled q, in heads-major layout."""
+  return jnp.einsum("bhts,bhsk->bhtk", _causal_softmax(q_BHTK, k_BHSK).astype(v_BHSK.dtype), v_BHSK)
+
+
+def _attend_fwd(q, k, v):
+  p_BHTS = _causal_softmax(q, k)
+  o = jnp.einsum("bhts,bhsk->bhtk", p_BHTS.astype(v.dtype), v)
+  return o, (q, k, v, p_BHTS, o)
+
+
+def _attend_bwd(res, do):
+  # The softmax backward in its closed form, dS = P * (dP - rowsum(dO * O)) (as in FlashAttention, Dao et al.
+  # 2022): it keeps one [B, H, T, T] array (P) instead of autodiff's scores, mask, exponentials and sums.
+  q, k, v, p, o = res
+  dt = v.dtype
+  dv = jnp.einsum("bhts,bhtk->bhsk", p.astype(dt), do)
+  dp = jnp.einsum("bhtk,bhsk->bhts", do, v, preferred_element_type=jnp.float32)
+  rowsum = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
+  ds = (p * (dp - rowsum)).astype(dt)
+  return jnp.einsum("bhts,bhsk->bhtk", ds, k), jnp.einsum("bhts,bhtk->bhsk", ds, q), dv
+
+
+_attend.defvjp(_attend_fwd, _attend_bwd)
+
+
+def causal_attention(q_BTHK: Array, k_BTHK: Array, v_BTHK: Array, impl: str) -> Array:
+  """softmax(q k^T / sqrt(K) + causal mask) v (Vaswani et al. 2017), softmax in float32.
+
+  `dpa` is jax.nn.dot_product_attention (cuDNN flash attention on GPU). `einsum` runs it in heads-major
+  [B, H, T, K] layout with a closed-form backward (`_attend`), which XLA:CPU runs about 1.5x faster than
+  dot_product_attention's [B, T, H, K] einsums and their autodiff. `auto` picks einsum on CPU and dpa elsewhere.
+  Both compute the same function (tests/test_model.py).
+  """
+  if impl == "auto":
+    impl = "einsum" if jax.default_backend() == "cpu" else "dpa"
+  if impl == "dpa":
+    return jax.nn.dot_product_attention(q_BTHK, k_BTHK, v_BTHK, is_causal=True)
+  scale = q_BTHK.shape[-1] ** -0.5
+  q, k, v = (jnp.swapaxes(a, 1, 2) for a in (q_BTHK * jnp.asarray(scale, q_BTHK.dtype), k_BTHK, v_BTHK))
+  return jnp.swapaxes(_attend(q, k, v), 1, 2)
+
+
 class Attention(nn.Module):
-  """Causal multi-head self-attention, projections as params + einsum (logical axes for sharding)."""
+  """Causal multi-head self-attention with RoPE. q, k, v, o are [D, H, K]-shaped params (logical axes for
+  sharding, each keyed by name for the paired init), applied as 2-D matmuls over the flattened tokens."""
   cfg: Any
   scales: Any = None  # {"q"|"k"|"v"|"o": factor}, a variant's init rescale
 
   @nn.compact
   def __call__(self, x_BTD: Array, key: Array) -> Array:
     cfg, dt = self.cfg, compute_dtype(self.cfg)
-    d, h = cfg.d_model, cfg.num_heads
+    b, t, d = x_BTD.shape
+    h = cfg.num_heads
     k = d // h
     sc = dict(self.scales or {})
-    proj = {}
-    for name in ("q", "k", "v"):
-      w = base_param(self, name, matrix_init(cfg, d, d), (d, h, k), ("embed", "heads", "kv"), key,
-                     sc.get(name, 1.0))
-      proj[name] = jnp.einsum("btd,dhk->bthk", x_BTD, w.astype(dt))
-    q, kk = proj["q"], proj["k"]
+    x_ND = x_BTD.reshape(b * t, d)
+
+    def project(name):
+      w = base_param(self, name, matrix_init(cfg, d, d), (d, h, k), ("embed", "heads", "kv"), key, sc.get(name, 1.0))
+      return (x_ND @ w.reshape(d, h * k).astype(dt)).reshape(b, t, h, k)
+
+    # Three [N, D] x [D, HK] matmuls: faster on XLA:CPU, forward plus backward, than one fused [D, 3HK] matmul,
+    # whose split costs pads and a transposing copy in the backward (docs/performance.md).
+    q, kk, v = project("q"), project("k"), project("v")
     if cfg.pos == "rope":
       q, kk = rope(q, cfg.rope_base), rope(kk, cfg.rope_base)
-    o_BTHK = jax.nn.dot_product_attention(q, kk, proj["v"], is_causal=True)
+    o_BTHK = causal_attention(q, kk, v, cfg.attention)
     wo = base_param(self, "o", matrix_init(cfg, d, d, residual_out=True), (h, k, d), ("heads", "kv", "embed"),
                     key, sc.get("o", 1.0))
-    return jnp.einsum("bthk,hkd->btd", o_BTHK, wo.astype(dt))
+    return (o_BTHK.reshape(b * t, h * k) @ wo.reshape(h * k, d).astype(dt)).reshape(b, t, d)
+
+
+@jax.custom_vjp
+def gelu(x: Array) -> Array:
+  """GELU, tanh approximation (Hendrycks & Gimpel 2016). Its VJP keeps only x: autodiff of jax.nn.gelu keeps five
+  [N, F] intermediates, which under nn.scan are stacked per layer and dominate the MLP's backward memory traffic."""
+  return jax.nn.gelu(x, approximate=True)
+
+
+def _gelu_fwd(x):
+  return gelu(x), x
+
+
+def _gelu_bwd(x, g):
+  c, a = (2.0 / jnp.pi) ** 0.5, 0.044715
+  x32 = x.astype(jnp.float32)
+  th = jnp.tanh(c * (x32 + a * x32 ** 3))
+  dx = 0.5 * (1.0 + th) + 0.5 * x32 * (1.0 - th * th) * c * (1.0 + 3.0 * a * x32 * x32)
+  return ((g.astype(jnp.float32) * dx).astype(g.dtype),)
+
+
+gelu.defvjp(_gelu_fwd, _gelu_bwd)
 
 
 class MLP(nn.Module):
-  """Two-layer GELU MLP (tanh approximation), no biases."""
+  """Two-layer GELU MLP (tanh approximation), no biases, over the flattened tokens."""
   cfg: Any
   scales: Any = None
 
   @nn.compact
   def __call__(self, x_BTD: Array, key: Array) -> Array:
     cfg, dt = self.cfg, compute_dtype(self.cfg)
-    d, f = cfg.d_model, cfg.mlp_dim
+    (b, t, d), f = x_BTD.shape, cfg.mlp_dim
     sc = dict(self.scales or {})
     wi = base_param(self, "wi", matrix_init(cfg, d, f), (d, f), ("embed", "mlp"), key, sc.get("wi", 1.0))
     wo = base_param(self, "wo", matrix_init(cfg, f, d, residual_out=True), (f, d), ("mlp", "embed"), key,
                     sc.get("wo", 1.0))
-    h_BTF = nn.gelu(jnp.einsum("btd,df->btf", x_BTD, wi.astype(dt)))
-    h_BTF = nn.with_logical_constraint(h_BTF, ("batch", "seq", "act_mlp"))
-    return jnp.einsum("btf,fd->btd", h_BTF, wo.astype(dt))
+    # [N, D] x [D, F]: a rank-3 einsum's weight gradient contracts two axes, and XLA:CPU then transposes the
+    # GELU backward into a strided copy that cost more than the matmuls (docs/performance.md).
+    h_NF = gelu(x_BTD.reshape(b * t, d) @ wi.astype(dt))
+    h_NF = nn.with_logical_constraint(h_NF.reshape(b, t, f), ("batch", "seq", "act_mlp")).reshape(b * t, f)
+    return (h_NF @ wo.astype(dt)).reshape(b, t, d)
