@@ -32,7 +32,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.rope_base = 10000.0             # RoPE frequency base
   m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)
   m.attention = "auto"              # auto (einsum on CPU, dpa elsewhere) | einsum | dpa (jax.nn.dot_product_attention)
-  m.remat = "none"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies)
+  m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
+                                    # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
   m.hc = ml_collections.ConfigDict()
   m.hc.n = 4                        # HC expansion rate (number of streams)
   m.hc.dynamic = True               # DHC (input-dependent mixing) vs SHC (static)

@@ -51,6 +51,7 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
 class Trainer:
 
   def __init__(self, cfg, workdir: str):
+    self.t_created = time.perf_counter()
     self.cfg, self.workdir = cfg, workdir
     self.s = setup.build(cfg)
     self.lead = jax.process_index() == 0
@@ -166,8 +167,10 @@ class Trainer:
     self._summary("running", start)
     batch = self.s.device_batch(next(self.train_it))
     train_step, compile_s = self.s.compile_train_step(state, batch)
-    print(f"compiled train step in {compile_s:.1f}s", flush=True)
     t_start = time.perf_counter()
+    # startup: data pipeline, init or restore, and compilation (a cache hit on a second run of one config)
+    self.startup_s = t_start - self.t_created
+    print(f"compiled train step in {compile_s:.1f}s (start-up {self.startup_s:.1f}s)", flush=True)
     if t.diag_every and start == 0:
       self._diagnostics(state, batch, 0)
     preempt = _Preemption()
@@ -220,7 +223,8 @@ class Trainer:
         batch = self.s.device_batch(next(self.train_it))
       self.ckpt.wait()
       train_s = time.perf_counter() - t_start
-      self._summary("completed", step, compile_s=compile_s, skipped_steps=skipped_total, train_s=round(train_s, 3))
+      self._summary("completed", step, compile_s=round(compile_s, 3), startup_s=round(self.startup_s, 3),
+                    skipped_steps=skipped_total, train_s=round(train_s, 3))
       print(f"done: {step - start} steps in {train_s:.1f}s; diagnostics {self.diag_s:.1f}s "
             f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile", flush=True)
       return 0

@@ -86,3 +86,23 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
 def test_eval_errors(tmp_path):
   r = run("eval.py", f"--workdir={tmp_path}")
   assert r.returncode == 2 and "no checkpoints" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_second_run_loads_compiled_steps_from_the_cache(tmp_path, text_corpus):
+  """The persistent compilation cache: a second run of one config compiles nothing new."""
+  cache = tmp_path / "cache"
+  env = {**ENV, "RESNORM_COMPILATION_CACHE": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+  args = ["--config=configs/pre_norm_12l.py", *TINY, "--config.train.steps=2", *_text_args(text_corpus)]
+
+  def train(wd):
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, f"--workdir={tmp_path / wd}"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.load(open(tmp_path / wd / "summary.json"))
+
+  train("first")
+  entries = set(os.listdir(cache))
+  assert any(e.startswith("jit_train_step-") for e in entries), entries
+  summary = train("second")
+  assert set(os.listdir(cache)) == entries  # every compilation was a cache hit
+  assert summary["startup_s"] > 0 and summary["compile_s"] > 0

@@ -64,7 +64,7 @@ def _first_segment(cfg):
 
 @pytest.mark.parametrize("policy", ["full", "dots"])
 def test_remat_equals_no_remat(policy):
-  cfg = tiny_config("hc", 3)
+  cfg = tiny_config("hc", 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)
   remat_mcfg = configlib.model_config(tiny_config("hc", 3, **{"model.remat": policy}))
 

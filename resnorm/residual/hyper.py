@@ -47,8 +47,11 @@ class HyperConnection(nn.Module):
       w_beta = self.param("w_beta", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)), (d,))
       s_alpha = self.param("s_alpha", nn.initializers.constant(hc.s_alpha), ())
       s_beta = self.param("s_beta", nn.initializers.constant(hc.s_beta), ())
-      alpha = alpha[None, None] + s_alpha * act(jnp.einsum("btnd,dm->btnm", hbar, w_alpha))      # [B,T,n,n+1]
-      beta = beta[None, None] + s_beta * act(jnp.einsum("btnd,d->btn", hbar, w_beta))            # [B,T,n]
+      # Both dynamic terms from one [B*T*n, D] x [D, n+2] matmul.
+      w = jnp.concatenate([w_alpha, w_beta[:, None]], axis=1)
+      dyn = act(hbar.reshape(-1, d) @ w).reshape(h_BTnD.shape[:3] + (n + 2,))
+      alpha = alpha[None, None] + s_alpha * dyn[..., : n + 1]                                      # [B,T,n,n+1]
+      beta = beta[None, None] + s_beta * dyn[..., n + 1]                                           # [B,T,n]
       mix_BTmD = jnp.einsum("btnd,btnm->btmd", h_BTnD, alpha.astype(dt))
       beta_BTn1 = beta.astype(dt)[..., None]
     else:

@@ -1,0 +1,12 @@
+"""The peer-comparison shape of docs/performance.md: nanoGPT-like, d_model 128, 12 layers, 4 heads, MLP 512,
+seq 128, batch 16, learned positions, float32, AdamW. For `python -m resnorm.bench --config=configs/peer.py
+--residuals=pre_norm,hc` next to tools/peer_torch.py (the same model in PyTorch eager)."""
+from configs import base
+
+
+def get_config(arg: str | None = None):
+  c = base.get_config(arg)
+  c.model.d_model, c.model.num_heads, c.model.mlp_dim, c.model.num_layers = 128, 4, 512, 12
+  c.model.pos = "learned"
+  c.data.seq_len, c.train.batch_size = 128, 16
+  return c
