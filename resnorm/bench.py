@@ -131,6 +131,7 @@ def main(argv):
   cfg = FLAGS.config
   check(cfg is not None, "--config is required")
   check(FLAGS.steps >= 1, f"--steps={FLAGS.steps} must be >= 1")
+  jax.config.update("jax_enable_compilation_cache", False)  # compile_s is always a real compile
   residuals = FLAGS.residuals or [cfg.model.residual]
   try:
     depths = [int(d) for d in (FLAGS.depths or [cfg.model.num_layers])]

@@ -22,6 +22,7 @@ def tiny_config(residual="pre_norm", num_layers=2, **over):
   c = base.get_config("cpu")
   c.model.residual, c.model.num_layers = residual, num_layers
   c.model.d_model, c.model.num_heads, c.model.mlp_dim = 32, 2, 64
+  c.model.remat = "none"  # compiles faster; remat == no remat is its own test, and train.py runs use the default
   c.data.seq_len, c.train.batch_size, c.data.eval_batches = 16, 4, 2
   c.train.steps, c.train.warmup_steps = 6, 2
   c.train.log_every, c.train.eval_every, c.train.ckpt_every, c.train.diag_every = 1, 3, 3, 0
