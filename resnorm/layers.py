@@ -106,7 +106,7 @@ def _causal_softmax(q_BHTK: Array, k_BHSK: Array) -> Array:
 @jax.custom_vjp
 def _attend(q_BHTK: Array, k_BHSK: Array, v_BHSK: Array) -> Array:
   """softmax(q k^T + causal mask) v for a pre-scaled q, in heads-major layout."""
-  return jnp.einsum("bhts,bhsk->bhtk", _causal_softmax(q_BHTK, k_BHSK).astype(v_BHSK.dtype), v_BHSK)
+  return _attend_fwd(q_BHTK, k_BHSK, v_BHSK)[0]
 
 
 def _attend_fwd(q, k, v):
@@ -134,8 +134,8 @@ def causal_attention(q_BTHK: Array, k_BTHK: Array, v_BTHK: Array, impl: str) -> 
   """softmax(q k^T / sqrt(K) + causal mask) v (Vaswani et al. 2017), softmax in float32.
 
   `dpa` is jax.nn.dot_product_attention (cuDNN flash attention on GPU). `einsum` runs it in heads-major
-  [B, H, T, K] layout with a closed-form backward (`_attend`), which XLA:CPU runs about 1.5x faster than
-  dot_product_attention's [B, T, H, K] einsums and their autodiff. `auto` picks einsum on CPU and dpa elsewhere.
+  [B, H, T, K] layout with a closed-form backward (`_attend`), which XLA:CPU runs faster than
+  dot_product_attention's [B, T, H, K] einsums and their autodiff (docs/performance.md). `auto` picks einsum on CPU and dpa elsewhere.
   Both compute the same function (tests/test_model.py).
   """
   if impl == "auto":

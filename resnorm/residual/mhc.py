@@ -26,10 +26,7 @@ def _sum_leading(m: jax.Array, axis: int) -> jax.Array:
   """Sum over a short leading axis as explicit adds: on XLA:CPU one fused elementwise pass, where a reduce over a
   trailing axis of size n becomes a library call per Sinkhorn iteration."""
   parts = [jax.lax.index_in_dim(m, i, axis, keepdims=True) for i in range(m.shape[axis])]
-  total = parts[0]
-  for p in parts[1:]:
-    total = total + p
-  return total
+  return sum(parts[1:], parts[0])
 
 
 def sinkhorn(logits: jax.Array, iters: int) -> jax.Array:
