@@ -67,7 +67,8 @@ def config_name() -> str:
   return os.path.splitext(os.path.basename(str(path).split(":")[0]))[0]
 
 
-def _quiet_jax():
+def _prepare_jax():
+  """Before the first JAX computation: quiet C++ logs, and the persistent compilation cache."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
   enable_compilation_cache()
 
@@ -103,7 +104,7 @@ def main_train(argv) -> int:
   parse(argv)
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
-  _quiet_jax()
+  _prepare_jax()
   from resnorm import sharding
   sharding.maybe_initialize_distributed()
   if FLAGS.dry_run:
@@ -124,7 +125,7 @@ def main_eval(argv) -> int:
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   parse(argv)
-  _quiet_jax()
+  _prepare_jax()
   from resnorm import sharding
   sharding.maybe_initialize_distributed()
   if FLAGS.sweep:
