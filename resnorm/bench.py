@@ -18,7 +18,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from resnorm import flops, setup
+from resnorm import flops, hostmem, setup
 from resnorm.errors import InputError, check, cli_main
 
 FLAGS = flags.FLAGS
@@ -66,6 +66,11 @@ def memory_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _minor_faults() -> int:
+  """Page faults served without I/O, this process so far: a step that re-faults its buffers shows them here."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class Point:
   def __init__(self, cfg):
     self.cfg = cfg
@@ -75,15 +80,16 @@ class Point:
     tok = np.random.default_rng(0).integers(0, 256, (b, t + 1)).astype(np.int32)
     self.batch = self.s.device_batch({"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": np.ones((b, t), np.float32)})
     self.fn, self.compile_s = self.s.compile_train_step(self.state, self.batch)
-    self.times = []
+    self.times, self.faults = [], []
 
   def step(self, record: bool):
-    t0 = time.perf_counter()
+    f0, t0 = _minor_faults(), time.perf_counter()
     with self.s.mesh_context():
       self.state, m = self.fn(self.state, self.batch)
     jax.block_until_ready((self.state, m))
     if record:
       self.times.append(time.perf_counter() - t0)
+      self.faults.append(_minor_faults() - f0)
 
 
 def run(base_cfg, residuals, depths, steps: int, warmup: int) -> dict:
@@ -109,20 +115,22 @@ def run(base_cfg, residuals, depths, steps: int, warmup: int) -> dict:
     runs.append({"residual": m.residual, "num_layers": m.num_layers, "compile_s": p.compile_s,
                  "step_s_median": med, "step_s_min": min(p.times), "tokens_per_s": t / med,
                  "flops_per_token": fpt, "achieved_flops": fpt * t / med, "mfu": fpt * t / med / pk,
-                 "peak_rss_mb": p.rss})
-  return {"peak_flops": pk, "peak_source": source, "device": jax.devices()[0].device_kind, "runs": runs}
+                 "peak_rss_mb": p.rss, "minor_faults_per_step": statistics.median(p.faults)})
+  return {"peak_flops": pk, "peak_source": source, "device": jax.devices()[0].device_kind,
+          "host_malloc": hostmem.mode(), "runs": runs}
 
 
 def print_table(res: dict) -> None:
-  print(f"peak {res['peak_flops'] / 1e9:.1f} GFLOP/s ({res['peak_source']}, {res['device']})")
+  print(f"peak {res['peak_flops'] / 1e9:.1f} GFLOP/s ({res['peak_source']}, {res['device']}), "
+        f"host malloc: {res['host_malloc']}")
   first = res["runs"][0]
   print(f"{'residual':<11}{'L':>4}{'compile s':>10}{'step ms':>9}{'(min)':>8}{'x first':>8}{'tok/s':>9}"
-        f"{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'RSS MB':>8}")
+        f"{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'RSS MB':>8}{'faults':>8}")
   for r in res["runs"]:
     print(f"{r['residual']:<11}{r['num_layers']:>4}{r['compile_s']:>10.2f}{r['step_s_median'] * 1e3:>9.1f}"
           f"{r['step_s_min'] * 1e3:>8.1f}{r['step_s_median'] / first['step_s_median']:>8.2f}"
           f"{r['tokens_per_s']:>9.0f}{r['flops_per_token'] / 1e6:>10.2f}{r['achieved_flops'] / 1e9:>9.2f}"
-          f"{r['mfu'] * 100:>6.1f}%{r['peak_rss_mb']:>8.0f}")
+          f"{r['mfu'] * 100:>6.1f}%{r['peak_rss_mb']:>8.0f}{r['minor_faults_per_step']:>8.0f}")
 
 
 @cli_main
@@ -131,6 +139,7 @@ def main(argv):
   cfg = FLAGS.config
   check(cfg is not None, "--config is required")
   check(FLAGS.steps >= 1, f"--steps={FLAGS.steps} must be >= 1")
+  hostmem.keep_freed_memory()  # as train.py does, before the backend starts
   jax.config.update("jax_enable_compilation_cache", False)  # compile_s is always a real compile
   residuals = FLAGS.residuals or [cfg.model.residual]
   try:

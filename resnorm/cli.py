@@ -67,10 +67,14 @@ def config_name() -> str:
   return os.path.splitext(os.path.basename(str(path).split(":")[0]))[0]
 
 
-def _prepare_jax():
-  """Before the first JAX computation: quiet C++ logs, and the persistent compilation cache."""
+def _start_jax():
+  """Before the first JAX computation: quiet C++ logs, the host allocator (resnorm.hostmem), the persistent
+  compilation cache, and multi-host init."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  from resnorm import hostmem, sharding
+  hostmem.keep_freed_memory()
   enable_compilation_cache()
+  sharding.maybe_initialize_distributed()
 
 
 CACHE_ENV = "RESNORM_COMPILATION_CACHE"
@@ -104,9 +108,7 @@ def main_train(argv) -> int:
   parse(argv)
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
-  _prepare_jax()
-  from resnorm import sharding
-  sharding.maybe_initialize_distributed()
+  _start_jax()
   if FLAGS.dry_run:
     from resnorm import dryrun
     dryrun.print_info(dryrun.dry_run(cfg))
@@ -125,9 +127,7 @@ def main_eval(argv) -> int:
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   parse(argv)
-  _prepare_jax()
-  from resnorm import sharding
-  sharding.maybe_initialize_distributed()
+  _start_jax()
   if FLAGS.sweep:
     if not FLAGS.outdir:
       raise InputError("--sweep needs --outdir")
