@@ -10,6 +10,7 @@ from conftest import init_and_apply, param_shapes, tiny_config
 from resnorm import configlib, flops, optim, residual, step
 from resnorm.model import LM
 from resnorm.residual.classic import deepnorm_alpha_beta, mix_ln_split
+from resnorm.residual import streams
 from resnorm.residual.mhc import sinkhorn
 
 VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
@@ -159,3 +160,18 @@ def test_flops_hand_count():
   n = 4
   assert flops.forward_flops_per_token(hc, t) - flops.forward_flops_per_token(m, t) == 4 * (
       2 * n * (n + 1) * d + 2 * n * d)
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
+def test_mix_streams_and_its_vjp_equal_the_einsum(dtype, tol):
+  kh, ka, kg = jax.random.split(jax.random.key(3), 3)
+  h = jax.random.normal(kh, (2, 5, 4, 8)).astype(dtype)
+  a = jax.random.normal(ka, (2, 5, 4, 5))
+  g = jax.random.normal(kg, (2, 5, 5, 8)).astype(dtype)
+  ref = lambda h, a: jnp.einsum("btnd,btnm->btmd", h, a.astype(h.dtype))
+  out, vjp = jax.vjp(streams.mix_streams, h, a)
+  out_ref, vjp_ref = jax.vjp(ref, h, a)
+  assert out.dtype == dtype and out.shape == (2, 5, 5, 8)
+  for x, y in zip((out, *vjp(g)), (out_ref, *vjp_ref(g))):
+    assert x.dtype == y.dtype
+    np.testing.assert_allclose(np.asarray(x, np.float32), np.asarray(y, np.float32), rtol=tol, atol=tol)

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from resnorm.errors import check
 from resnorm.layers import make_norm
 from resnorm.residual.base import Variant, register
+from resnorm.residual.streams import mix_streams
 
 
 def _static_alpha_init(sub, n):
@@ -52,7 +53,7 @@ class HyperConnection(nn.Module):
       dyn = act(hbar.reshape(-1, d) @ w).reshape(h_BTnD.shape[:3] + (n + 2,))
       alpha = alpha[None, None] + s_alpha * dyn[..., : n + 1]                                      # [B,T,n,n+1]
       beta = beta[None, None] + s_beta * dyn[..., n + 1]                                           # [B,T,n]
-      mix_BTmD = jnp.einsum("btnd,btnm->btmd", h_BTnD, alpha.astype(dt))
+      mix_BTmD = mix_streams(h_BTnD, alpha)
       beta_BTn1 = beta.astype(dt)[..., None]
     else:
       mix_BTmD = jnp.einsum("btnd,nm->btmd", h_BTnD, alpha.astype(dt))

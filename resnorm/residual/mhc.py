@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from resnorm.errors import check
 from resnorm.residual.base import Variant, register
+from resnorm.residual.streams import mix_streams
 
 
 def _sum_leading(m: jax.Array, axis: int) -> jax.Array:
@@ -71,9 +72,11 @@ class ManifoldHyperConnection(nn.Module):
     h_post = 2.0 * jax.nn.sigmoid(a[1] * proj_BTk[..., n:2 * n] + b_post[None, None])
     h_res = sinkhorn(a[2] * proj_BTk[..., 2 * n:].reshape(b, t, n, n) + b_res[None, None], mc.sinkhorn_iters)
 
-    u_BTD = jnp.einsum("btn,btnd->btd", h_pre.astype(dt), h_BTnD)
+    # One pass over the streams for both reads: column 0 is H_pre, columns 1..n are H_res^T.
+    mix_BTmD = mix_streams(h_BTnD, jnp.concatenate([h_pre[..., None], jnp.swapaxes(h_res, -1, -2)], axis=-1))
+    u_BTD = mix_BTmD[:, :, 0]
     y_BTD = branch(norm(u_BTD))
-    out = jnp.einsum("btij,btjd->btid", h_res.astype(dt), h_BTnD) + h_post.astype(dt)[..., None] * y_BTD[:, :, None]
+    out = mix_BTmD[:, :, 1:] + h_post.astype(dt)[..., None] * y_BTD[:, :, None]
     return out, {"u": u_BTD, "f": y_BTD, "mix": h_res}
 
 
