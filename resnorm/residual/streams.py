@@ -12,16 +12,18 @@ import jax
 import jax.numpy as jnp
 
 
-def _weighted_sum(w_BTkM, x_BTkD):
-  """sum_k w[b, t, k, m] x[b, t, k] -> [B, T, M, D], as k broadcast multiply-adds."""
-  terms = [w_BTkM[:, :, k, :, None] * x_BTkD[:, :, k, None, :] for k in range(x_BTkD.shape[2])]
+def _weighted_sum(w, x_BTkD, k_axis):
+  """sum_k w[.., k, ..] x[b, t, k] -> [B, T, M, D], as k broadcast multiply-adds; `k_axis` (2 or 3) is the axis
+  of the [B, T, ., .] weights that k indexes, the other one is M."""
+  terms = [jax.lax.index_in_dim(w, k, k_axis, keepdims=False)[..., None] * x_BTkD[:, :, k, None, :]
+           for k in range(x_BTkD.shape[2])]
   return sum(terms[1:], terms[0])
 
 
 @jax.custom_vjp
 def mix_streams(h_BTnD: jax.Array, a_BTnM: jax.Array) -> jax.Array:
   """einsum("btnd,btnm->btmd", h, a) in the same dtype as h, computed as n multiply-adds."""
-  return _weighted_sum(a_BTnM.astype(h_BTnD.dtype), h_BTnD)
+  return _weighted_sum(a_BTnM.astype(h_BTnD.dtype), h_BTnD, k_axis=2)
 
 
 def _mix_fwd(h, a):
@@ -30,11 +32,9 @@ def _mix_fwd(h, a):
 
 def _mix_bwd(res, g_BTMD):
   h, a = res
-  a = a.astype(g_BTMD.dtype)
-  terms = [a[:, :, :, m, None] * g_BTMD[:, :, m, None, :] for m in range(g_BTMD.shape[2])]  # a[.., n, m] g[.., m]
-  dh = sum(terms[1:], terms[0])
+  dh = _weighted_sum(a.astype(g_BTMD.dtype), g_BTMD, k_axis=3)  # sum_m a[.., n, m] g[.., m]
   da = jnp.einsum("btnd,btmd->btnm", h, g_BTMD, preferred_element_type=jnp.float32)
-  return dh.astype(h.dtype), da.astype(res[1].dtype)
+  return dh.astype(h.dtype), da.astype(a.dtype)
 
 
 mix_streams.defvjp(_mix_fwd, _mix_bwd)
