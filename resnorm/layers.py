@@ -96,38 +96,64 @@ def rope(x_BTHK: Array, base: float) -> Array:
   return out.astype(x_BTHK.dtype)
 
 
-def _causal_softmax(q_BHTK: Array, k_BHSK: Array) -> Array:
-  t = q_BHTK.shape[2]
-  s_BHTS = jnp.einsum("bhtk,bhsk->bhts", q_BHTK, k_BHSK, preferred_element_type=jnp.float32)
-  s_BHTS = jnp.where(jnp.tril(jnp.ones((t, t), bool))[None, None], s_BHTS, jnp.finfo(jnp.float32).min)
-  return jax.nn.softmax(s_BHTS, axis=-1)
+def query_blocks(t: int) -> list[tuple[int, int]]:
+  """Query rows [lo, hi) of each block of the blocked causal attention: rows lo..hi-1 see keys 0..hi-1 only, so
+  the all-masked upper-right part of the [T, T] scores is never computed (T = 128 in 4 blocks: 62% of the work).
+  Below 128 rows one block: there XLA:CPU's per-kernel cost outweighs the saved work (docs/performance.md)."""
+  nb = min(8, t // 32) if t >= 128 else 1
+  c = -(-t // nb)
+  return [(lo, min(lo + c, t)) for lo in range(0, t, c)]
+
+
+def _causal_softmax(q_BHCK: Array, k_BHSK: Array, lo: int) -> Array:
+  """Softmax over the keys of query rows lo.. (C of them) against S = lo + C keys, the later ones masked."""
+  c, s = q_BHCK.shape[2], k_BHSK.shape[2]
+  scores = jnp.einsum("bhtk,bhsk->bhts", q_BHCK, k_BHSK, preferred_element_type=jnp.float32)
+  causal = jnp.arange(s)[None, :] <= jnp.arange(lo, lo + c)[:, None]
+  return jax.nn.softmax(jnp.where(causal[None, None], scores, jnp.finfo(jnp.float32).min), axis=-1)
 
 
 @jax.custom_vjp
 def _attend(q_BHTK: Array, k_BHSK: Array, v_BHSK: Array) -> Array:
-  """softmax(q k^T + causal mask) v for a pre-scaled q, in heads-major layout."""
+  """softmax(q k^T + causal mask) v for a pre-scaled q, in heads-major layout, by query blocks."""
   return _attend_fwd(q_BHTK, k_BHSK, v_BHSK)[0]
 
 
 def _attend_fwd(q, k, v):
-  p_BHTS = _causal_softmax(q, k)
-  o = jnp.einsum("bhts,bhsk->bhtk", p_BHTS.astype(v.dtype), v)
-  return o, (q, k, v, p_BHTS, o)
+  ps, outs = [], []
+  for lo, hi in query_blocks(q.shape[2]):
+    p_BHCS = _causal_softmax(q[:, :, lo:hi], k[:, :, :hi], lo)
+    outs.append(jnp.einsum("bhts,bhsk->bhtk", p_BHCS.astype(v.dtype), v[:, :, :hi]))
+    ps.append(p_BHCS)
+  o = outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
+  return o, (q, k, v, tuple(ps), o)
 
 
 def _attend_bwd(res, do):
   # The softmax backward in its closed form, dS = P * (dP - rowsum(dO * O)) (as in FlashAttention, Dao et al.
-  # 2022): it keeps one [B, H, T, T] array (P) instead of autodiff's scores, mask, exponentials and sums.
+  # 2022): it keeps P, one [B, H, C, S] array per block, instead of autodiff's scores, mask, exponentials and sums.
   # dV and dK contract over the query axis t, the major axis of P and dS. Asked for as [.., K, S]
   # (A^T B with the small K as rows), XLA:CPU runs them 2x faster than as [.., S, K]; the transpose back is small.
-  q, k, v, p, o = res
+  q, k, v, ps, o = res
   dt = v.dtype
-  dv = jnp.swapaxes(jnp.einsum("bhtk,bhts->bhks", do, p.astype(dt)), -1, -2)
-  dp = jnp.einsum("bhtk,bhsk->bhts", do, v, preferred_element_type=jnp.float32)
   rowsum = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
-  ds = (p * (dp - rowsum)).astype(dt)
-  dk = jnp.swapaxes(jnp.einsum("bhtk,bhts->bhks", q, ds), -1, -2)
-  return jnp.einsum("bhts,bhsk->bhtk", ds, k), dk, dv
+  t = q.shape[2]
+  dqs, dk, dv = [], None, None
+  for (lo, hi), p in zip(query_blocks(t), ps):
+    do_c, q_c = do[:, :, lo:hi], q[:, :, lo:hi]
+    dp = jnp.einsum("bhtk,bhsk->bhts", do_c, v[:, :, :hi], preferred_element_type=jnp.float32)
+    ds = (p * (dp - rowsum[:, :, lo:hi])).astype(dt)
+    dqs.append(jnp.einsum("bhts,bhsk->bhtk", ds, k[:, :, :hi]))
+    dk = _add_keys(dk, jnp.swapaxes(jnp.einsum("bhtk,bhts->bhks", q_c, ds), -1, -2), t)
+    dv = _add_keys(dv, jnp.swapaxes(jnp.einsum("bhtk,bhts->bhks", do_c, p.astype(dt)), -1, -2), t)
+  return (dqs[0] if len(dqs) == 1 else jnp.concatenate(dqs, axis=2)), dk, dv
+
+
+def _add_keys(acc, x_BHSK, t):
+  """acc + x, x covering the first S of t keys."""
+  if x_BHSK.shape[2] < t:
+    x_BHSK = jnp.pad(x_BHSK, ((0, 0), (0, 0), (0, t - x_BHSK.shape[2]), (0, 0)))
+  return x_BHSK if acc is None else acc + x_BHSK
 
 
 _attend.defvjp(_attend_fwd, _attend_bwd)

@@ -154,10 +154,13 @@ def test_bfloat16_keeps_norm_statistics_float32():
   assert float(jnp.abs(jnp.mean(y.astype(jnp.float32), -1)).max()) < 0.05
 
 
-def test_attention_einsum_equals_dot_product_attention():
-  """The heads-major einsum attention and its closed-form backward == jax.nn.dot_product_attention + autodiff."""
+@pytest.mark.parametrize("t", [12, 130])
+def test_attention_einsum_equals_dot_product_attention(t):
+  """The heads-major einsum attention and its closed-form backward == jax.nn.dot_product_attention + autodiff; at
+  t = 130 by query blocks of 33, 33, 33 and 31 rows."""
+  assert len(layers.query_blocks(t)) == (1 if t < 128 else 4)
   ks = jax.random.split(jax.random.key(3), 4)
-  q, k, v, g = (jax.random.normal(kk, (2, 12, 3, 8)) for kk in ks)
+  q, k, v, g = (jax.random.normal(kk, (2, t, 3, 8)) for kk in ks)
 
   def loss(impl):
     return lambda q, k, v: jnp.sum(layers.causal_attention(q, k, v, impl) * g)
