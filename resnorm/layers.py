@@ -163,7 +163,8 @@ def causal_attention(q_BTHK: Array, k_BTHK: Array, v_BTHK: Array, impl: str) -> 
   """softmax(q k^T / sqrt(K) + causal mask) v (Vaswani et al. 2017), softmax in float32.
 
   `dpa` is jax.nn.dot_product_attention (cuDNN flash attention on GPU). `einsum` runs it in heads-major
-  [B, H, T, K] layout with a closed-form backward (`_attend`), which XLA:CPU runs faster than
+  [B, H, T, K] layout, by query blocks from T = 128 (`query_blocks`), with a closed-form backward (`_attend`),
+  which XLA:CPU runs faster than
   dot_product_attention's [B, T, H, K] einsums and their autodiff (docs/performance.md). `auto` picks einsum on CPU and dpa elsewhere.
   Both compute the same function (tests/test_model.py).
   """
