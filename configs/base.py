@@ -23,15 +23,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mlp_dim = 256                   # MLP hidden width
   m.vocab_size = 320                # 256 bytes + BOS (256) + PAD (257), padded to a multiple of 64
   m.max_len = 4096                  # longest sequence for pos='learned'
-  m.norm = "layernorm"              # layernorm | rmsnorm (statistics always float32)
+  m.norm = "layernorm"              # layernorm | rmsnorm
   m.norm_eps = 1e-5                 # eps of every block / final norm
+  m.norm_stats_dtype = "float32"    # float32 | compute: norm statistics in float32 (default) or the compute dtype
+  m.final_norm = True               # the variant's final norm before the head, if it has one (False: ablation)
   m.dtype = "float32"               # compute dtype: float32 | bfloat16 (params stay float32)
-  m.init = "xavier"                 # xavier (Xiong et al.'s setting, unit-variance embedding) | gpt2 (0.02, 1/sqrt(2L))
+  m.init = "xavier"                 # xavier (Xiong et al.'s setting, unit-variance embedding) | gpt2 (0.02,
+                                    # residual outputs / sqrt(2L)) | normal (0.02, no depth scaling)
   m.tie_embed = False               # share the embedding with the output head
   m.pos = "rope"                    # rope | learned
   m.rope_base = 10000.0             # RoPE frequency base
   m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)
-  m.attention = "auto"              # auto (einsum on CPU, dpa elsewhere) | einsum | dpa (jax.nn.dot_product_attention)
+  m.kernels = "auto"                # auto (xla_cpu on the CPU, else reference) | xla_cpu | reference (resnorm.kernels)
   m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
                                     # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
   m.hc = ml_collections.ConfigDict()
@@ -46,12 +49,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mhc.sinkhorn_iters = 20         # Sinkhorn-Knopp iterations t_max
   m.mhc.alpha_init = 0.01           # init of the gates a_pre, a_post, a_res
   m.mhc.eps = 1e-20                 # eps of the RMSNorm over the flattened streams (paper: 1e-20)
-  m.mhc.sym_break = "random_phi"    # random_phi | onehot: how the identical streams are told apart at init
-  m.mhc.b_res_diag = 0.0            # b_res = b_res_diag * I at init (0: H_res = J/n, as MaxText)
+  m.mhc.init = "identity"           # identity (H_res near I, one-hot H_pre) | uniform (H_res = J/n, random phi: MaxText)
+  m.mhc.res_logit = 4.0             # identity init: b_res = res_logit * I (H_res diagonal 0.948 at n = 4)
+  m.mhc.pre_logit = 4.0             # identity init: b_pre = +pre_logit for stream k mod n, -pre_logit for the others
   m.mix_ln = ml_collections.ConfigDict()
   m.mix_ln.post_fraction = 0.25     # Mix-LN: Post-LN for the first floor(fraction * L) layers
   m.rezero = ml_collections.ConfigDict()
   m.rezero.alpha_init = 0.0         # ReZero gate init (paper: 0)
+  m.rezero.share_gate = False       # one gate per block for both sublayers (official code) instead of per sublayer
 
   d = c.data = ml_collections.ConfigDict()
   d.name = "pystdlib"               # pystdlib (offline default) | text_files | any TFDS text dataset (e.g. lm1b)

@@ -10,7 +10,6 @@ import shutil
 import sys
 
 import grain
-import jax
 import orbax.checkpoint as ocp
 
 
@@ -76,9 +75,3 @@ class Checkpointer:
     self.mngr.wait_until_finished()
     self.mngr.close()
 
-
-def abstract_of(tree, shardings=None):
-  """ShapeDtypeStructs (with target shardings, if given) for restoring `tree`."""
-  if shardings is None:
-    return jax.tree.map(ocp.utils.to_shape_dtype_struct, tree)
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)

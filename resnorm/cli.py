@@ -2,11 +2,11 @@
 flag, config key, value or path becomes one line on stderr and exit code 2."""
 import os
 import re
-import sys
 
 from absl import flags, logging
 from ml_collections import config_flags
 
+from resnorm import startup
 from resnorm.errors import InputError, cli_main
 
 FLAGS = flags.FLAGS
@@ -67,40 +67,6 @@ def config_name() -> str:
   return os.path.splitext(os.path.basename(str(path).split(":")[0]))[0]
 
 
-def _start_jax():
-  """Before the first JAX computation: quiet C++ logs, the host allocator (resnorm.hostmem), the persistent
-  compilation cache, and multi-host init."""
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from resnorm import hostmem, sharding
-  hostmem.keep_freed_memory()
-  enable_compilation_cache()
-  sharding.maybe_initialize_distributed()
-
-
-CACHE_ENV = "RESNORM_COMPILATION_CACHE"
-
-
-def enable_compilation_cache() -> str | None:
-  """JAX's persistent compilation cache, so a second run of a config (a resumed run, a rerun, sweep points of one
-  shape) loads its compiled steps instead of compiling them. $RESNORM_COMPILATION_CACHE names the directory
-  (default ~/.cache/resnorm/jax; `off` disables); JAX's own JAX_COMPILATION_CACHE_DIR, when set, wins.
-  Returns the directory in use, or None."""
-  import jax
-  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-    return os.environ["JAX_COMPILATION_CACHE_DIR"]
-  path = os.environ.get(CACHE_ENV, os.path.join(os.path.expanduser("~"), ".cache", "resnorm", "jax"))
-  if path.lower() in ("off", "0", "none", ""):
-    return None
-  try:
-    os.makedirs(path, exist_ok=True)
-  except OSError as e:
-    raise InputError(f"${CACHE_ENV}={path}: cannot create the compilation cache ({e.strerror})") from None
-  jax.config.update("jax_compilation_cache_dir", path)
-  if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)  # the train, eval and diagnostics steps
-  return path
-
-
 @cli_main
 def main_train(argv) -> int:
   _define_common()
@@ -108,7 +74,7 @@ def main_train(argv) -> int:
   parse(argv)
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
-  _start_jax()
+  startup.start()
   if FLAGS.dry_run:
     from resnorm import dryrun
     dryrun.print_info(dryrun.dry_run(cfg))
@@ -127,12 +93,12 @@ def main_eval(argv) -> int:
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   parse(argv)
-  _start_jax()
+  startup.start()
   if FLAGS.sweep:
     if not FLAGS.outdir:
       raise InputError("--sweep needs --outdir")
-    from resnorm import sweep_report
-    sweep_report.report(FLAGS.sweep, FLAGS.outdir)
+    from resnorm.tools import report
+    report.report(FLAGS.sweep, FLAGS.outdir)
     return 0
   from resnorm import evaluate
   if FLAGS.init:

@@ -1,25 +1,32 @@
-"""Config checks (every bad value -> one InputError naming the field), freezing, and checkpoint compatibility."""
+"""Config checks (every bad value -> one InputError naming the field), freezing, and checkpoint compatibility.
+
+Imports only the variant registry (for each variant's own checks), never the model, the optimizer or the step.
+"""
 import json
 
 import ml_collections
 
 from resnorm import residual
 from resnorm.errors import InputError, check
-from resnorm.model import REMAT_POLICIES
-from resnorm.optim import SCHEDULES
 
+REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.REMAT_POLICIES, plus none
+SCHEDULES = ("cosine", "linear", "rsqrt", "constant")                # resnorm.optim.schedule
 CHOICES = {
     "model.norm": ("layernorm", "rmsnorm"),
+    "model.norm_stats_dtype": ("float32", "compute"),
+    "model.final_norm": (True, False),
     "model.dtype": ("float32", "bfloat16"),
-    "model.init": ("xavier", "gpt2"),
+    "model.init": ("xavier", "gpt2", "normal"),
     "model.pos": ("rope", "learned"),
-    "model.attention": ("auto", "einsum", "dpa"),
-    "model.remat": ("none",) + tuple(REMAT_POLICIES),
+    "model.kernels": ("auto", "xla_cpu", "reference"),
+    "model.remat": REMAT,
     "train.schedule": SCHEDULES,
 }
-# Model fields that change neither the param tree nor the function (numerics, memory, speed): a checkpoint
-# resumes under any value of them. Every other model field must match.
-RUNTIME_MODEL_FIELDS = ("dtype", "remat", "attention")
+# Model fields that change neither the param tree nor the function (memory, speed, kernel forms): a checkpoint
+# resumes under any value of them. Every other model field must match. (`attention`: an older name of `kernels`.)
+RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
+# Fields added after runs were recorded, with the value that reproduces what those runs computed.
+ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
 
 
 def _get(cfg, dotted):
@@ -31,7 +38,7 @@ def _get(cfg, dotted):
 def validate(cfg) -> None:
   for field, allowed in CHOICES.items():
     val = _get(cfg, field)
-    check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(allowed)}")
+    check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(map(str, allowed))}")
   m, d, t = cfg.model, cfg.data, cfg.train
   variant = residual.get(m.residual)
   check(m.num_layers >= 1, f"model.num_layers={m.num_layers} must be >= 1")
@@ -68,13 +75,18 @@ def to_json(cfg) -> dict:
 
 
 def from_json(d: dict) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(d)
+  """A stored config; model fields it predates get the value that reproduces what it ran (ADDED_MODEL_FIELDS)."""
+  cfg = ml_collections.ConfigDict(d)
+  for key, val in ADDED_MODEL_FIELDS.items():
+    if key not in cfg.model:
+      cfg.model[key] = val
+  return cfg
 
 
 def check_compatible(stored: dict, cfg, where: str) -> None:
   """Refuses a checkpoint whose model differs from the config (residual, depth, width, n, norm, ...)."""
   want = to_json(cfg)["model"]
-  have = stored.get("model", {})
+  have = {**ADDED_MODEL_FIELDS, **stored.get("model", {})}
   for key in sorted(set(want) | set(have)):
     if key in RUNTIME_MODEL_FIELDS:
       continue

@@ -1,7 +1,8 @@
-"""Diagnostics from the stacked `layers` axis and the scan's taps (VARIANTS.md section 5).
+"""Diagnostics from the stacked `layers` axis and the scan's taps (docs/variants.md section 5): array math only.
 
 Per sublayer (depth order, attention and MLP each count): gradient norm, input RMS, adjacent-input cosine,
-update ratio, and for multi-stream variants the composite Amax gains of the residual mixing (mHC paper, Sec. 3).
+update ratio, and for multi-stream variants the composite Amax gains of the residual mixing (mHC paper, Sec. 3)
+and the spread of the streams. The jitted function that collects the taps is `resnorm.step.make_diag_fn`.
 """
 import flax
 import jax
@@ -64,7 +65,7 @@ def composite_gains(mix_SBTnn: jax.Array) -> dict:
 
 
 class SpikeDetector:
-  """Loss spikes (VARIANTS.md section 5): loss_t > EMA + k * sigma of the losses before it, after `warmup`
+  """Loss spikes (docs/variants.md section 5): loss_t > EMA + k * sigma of the losses before it, after `warmup`
   observations. Host-side, on the losses the loop already fetched; spikes are counted, never fatal."""
 
   def __init__(self, k: float = 6.0, decay: float = 0.98, warmup: int = 20):
@@ -113,6 +114,8 @@ def tap_stats(taps) -> dict:
       "cos_next_p05": jnp.percentile(cos, 5, axis=1),
       "cos_next_p95": jnp.percentile(cos, 95, axis=1),
   }
+  if "spread" in taps:
+    out["stream_spread"] = jnp.mean(taps["spread"].astype(jnp.float32), axis=(1, 2))
   if "mix" in taps:
     mix = taps["mix"].astype(jnp.float32)
     out.update(composite_gains(mix))
@@ -130,26 +133,6 @@ def angular_distance(u_SBTD) -> jax.Array:
   return jnp.mean(jnp.arccos(jnp.clip(cos, -1.0, 1.0)), axis=-1) / jnp.pi
 
 
-def make_diag_fn(cfg, mcfg):
-  """Jitted (params, batch) -> per-sublayer statistics, grad sum of squares, angular distances and the mean
-  mixing matrices: one forward + backward with taps collected, no Python loop over layers."""
-  from resnorm import step as step_lib
-  from resnorm.model import LM
-
-  def fn(params, batch):
-    def loss_with_taps(p):
-      logits, taps = LM(mcfg, collect=True).apply({"params": p}, batch["inputs"])
-      total, count = step_lib.loss_and_count(logits, batch)
-      return total / jnp.maximum(count, 1.0), taps
-    grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
-    out = {"stats": tap_stats(taps), "grad_sumsq": sublayer_grad_sumsq(grads, cfg),
-           "angular": angular_distance(taps["u"])}
-    if "mix" in taps:
-      out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
-    return out
-  return jax.jit(fn)
-
-
 def summarize(cfg, out: dict, full: bool) -> dict:
   """Host-side JSON: `sublayers` always; the angular-distance matrix and mixing matrices when `full`."""
   res = {"sublayers": sublayer_report(cfg, out["stats"], out["grad_sumsq"])}
@@ -161,7 +144,7 @@ def summarize(cfg, out: dict, full: bool) -> dict:
 
 
 def sublayer_report(cfg, stats: dict, grad_sumsq) -> list[dict]:
-  """The DESIGN.md per-sublayer JSON objects, in depth order."""
+  """The per-sublayer JSON objects of docs/design.md, in depth order."""
   stats = {k: [float(x) for x in v] for k, v in stats.items()}
   grads = [float(x) ** 0.5 for x in grad_sumsq]
   rows = []

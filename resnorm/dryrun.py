@@ -4,7 +4,7 @@ import math
 import jax
 import numpy as np
 
-from resnorm import flops, setup
+from resnorm import flops, runtime
 
 
 def per_device_bytes(abstract_tree) -> int:
@@ -23,7 +23,7 @@ def actual_device_bytes(tree, device=None) -> int:
 
 
 def dry_run(cfg) -> dict:
-  s = setup.build(cfg)
+  s = runtime.build(cfg)
   m, t = s.mcfg, cfg.train
   tokens = t.batch_size * cfg.data.seq_len
   info = {

@@ -28,3 +28,13 @@ def cli_main(fn):
       print(f"error: {e}", file=sys.stderr, flush=True)
       sys.exit(EXIT_BAD_INPUT)
   return wrapped
+
+
+def run_app(main) -> None:
+  """absl's app.run for a module entry point, with an InputError raised while flags parse -> one line, exit 2."""
+  from absl import app
+  try:
+    app.run(main)
+  except InputError as e:
+    print(f"error: {e}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_INPUT)

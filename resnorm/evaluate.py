@@ -3,16 +3,17 @@ import os
 
 import jax
 
-from resnorm import ckpt, configlib, data, diagnostics, plots, setup as setup_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, runtime, step as step_lib, workdir as wd
+from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
 
-def report(s: setup_lib.Setup, params, batches, step: int) -> dict:
+def report(s: runtime.Setup, params, batches, step: int) -> dict:
   cfg = s.cfg
   result = {"step": step, "residual": cfg.model.residual, "num_layers": cfg.model.num_layers,
             **s.evaluate(params, batches)}
   with s.mesh_context():
-    out = jax.device_get(diagnostics.make_diag_fn(cfg, s.mcfg)(params, s.device_batch(batches[0])))
+    out = jax.device_get(step_lib.make_diag_fn(cfg, s.mcfg)(params, s.device_batch(batches[0])))
   result.update(diagnostics.summarize(cfg, out, full=True))
   return result
 
@@ -25,7 +26,7 @@ def _batches(cfg, eval_batches):
 
 
 def eval_init(cfg, outdir: str, eval_batches=None) -> int:
-  s = setup_lib.build(cfg)
+  s = runtime.build(cfg)
   batches = _batches(cfg, eval_batches)
   result = report(s, s.init_state()["params"], batches, 0)
   _write(outdir, "init.json", result)
@@ -48,7 +49,7 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
   for k in (steps if all_steps else [step]):
     stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
     cfg = configlib.from_json(stored)  # the checkpoint's own config, never the caller's
-    s = setup_lib.build(cfg)
+    s = runtime.build(cfg)
     state, _ = checkpointer.restore(k, s.abstract)
     results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
     _write(outdir, f"step_{k}.json", results[-1])

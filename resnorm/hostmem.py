@@ -1,9 +1,8 @@
 """Host memory for XLA:CPU: a step reuses its buffers instead of page-faulting them back in on every call.
 
-XLA:CPU allocates a step's temporaries as one buffer (28 MB for pre_norm at :cpu, 55 MB for hc, 200+ MB at the peer
-shape). glibc serves a block that large with mmap and unmaps it on free, so every step faults the whole buffer
-back in, one zeroed 4 KiB page at a time: 11,000-112,000 minor faults and up to 180 ms of kernel time per step
-(measured; docs/performance.md). Two changes make the step reuse its memory:
+XLA:CPU allocates a step's temporaries as one buffer of tens to hundreds of MB. glibc serves a block that large
+with mmap and unmaps it on free, so every step faults the whole buffer back in, one zeroed 4 KiB page at a time
+(the counts and the kernel time it costs are in docs/performance.md). Two changes make the step reuse its memory:
 
 - glibc: no mmap for large blocks (M_MMAP_MAX=0) and a high trim threshold, so freed blocks stay in the heap;
 - JAX: synchronous dispatch on the CPU (`jax_cpu_enable_async_dispatch=False`), so the step runs on the calling
@@ -12,7 +11,7 @@ back in, one zeroed 4 KiB page at a time: 11,000-112,000 minor faults and up to 
   used: preparing a batch takes well under a millisecond against a step of tens to hundreds.
 
 Minor faults per step go to zero. The price: the resident set stays at its peak between steps. M_ARENA_MAX=1 would
-also route worker threads to the main heap, but measured 1.3-1.6x slower steps (allocator lock contention).
+also route worker threads to the main heap, but made steps slower (allocator lock contention; docs/performance.md).
 
 Both must be in place before the backend starts, so `keep_freed_memory` runs before the first JAX computation and
 decides from what is installed whether the backend will be the CPU. Only glibc on Linux is tuned.

@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from resnorm import residual
-from resnorm.layers import MLP, Attention, base_param, compute_dtype, embed_init, make_norm, matrix_init
+from resnorm.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
+from resnorm.norms import make_norm
 
 REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
@@ -34,11 +35,13 @@ class Block(nn.Module):
     cfg = self.cfg
     key = jax.random.fold_in(key, layer)
     taps = []
+    # A variant whose params are per block (ReZero with one shared gate) wraps both sublayers with one instance.
+    shared = self.sublayer(cfg, name="block_res") if residual.get(cfg.residual).block_shared(cfg) else None
     for j, (kind, cls) in enumerate((("attn", Attention), ("mlp", MLP))):
       f = cls(cfg, self.scales, name=kind)
       branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")), key)
-      state, t = self.sublayer(cfg, name=f"{kind}_res")(state, branch, make_norm(cfg, f"{kind}_norm"), layer,
-                                                        2 * layer + j)
+      res = shared or self.sublayer(cfg, name=f"{kind}_res")
+      state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
       taps.append(t)
     state = nn.with_logical_constraint(state, _state_axes(state))
     if not self.collect:
@@ -93,7 +96,7 @@ class LM(nn.Module):
       all_taps.append(taps)
       offset += length
     y_BTD = jnp.sum(state, axis=2) if n else state
-    if variant.final_norm:
+    if variant.final_norm and cfg.final_norm:
       y_BTD = make_norm(cfg, "final_norm")(y_BTD)
     if cfg.tie_embed:
       logits = jnp.einsum("btd,vd->btv", y_BTD, emb_VD.astype(dt))

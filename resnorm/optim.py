@@ -4,8 +4,6 @@ import jax
 import optax
 
 from resnorm import residual
-
-SCHEDULES = ("cosine", "linear", "rsqrt", "constant")
 BASE_DECAY = ("q", "k", "v", "o", "wi", "wo", "head")  # weight matrices; norms, embeddings, gates are not decayed
 
 

@@ -1,11 +1,11 @@
-"""The jitted functions: init, the train step (guarded against non-finite updates) and the eval step.
+"""The jitted functions: init, the train step (guarded against non-finite updates), the eval step and the
+diagnostics step.
 
 Nothing here syncs with the host. The train step returns its metrics as device arrays; the loop reads them one
 step later.
 """
 import functools
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -76,3 +76,20 @@ def jit_eval_step(mcfg, params_sh=None, batch_sh=None, repl=None):
   if params_sh is None:
     return jax.jit(fn)
   return jax.jit(fn, in_shardings=(params_sh, batch_sh), out_shardings=(repl, repl))
+
+
+def make_diag_fn(cfg, mcfg):
+  """Jitted (params, batch) -> per-sublayer statistics, grad sum of squares, angular distances and the mean
+  mixing matrices: one forward + backward with taps collected, no Python loop over layers."""
+  def fn(params, batch):
+    def loss_with_taps(p):
+      logits, taps = LM(mcfg, collect=True).apply({"params": p}, batch["inputs"])
+      total, count = loss_and_count(logits, batch)
+      return total / jnp.maximum(count, 1.0), taps
+    grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
+    out = {"stats": diagnostics.tap_stats(taps), "grad_sumsq": diagnostics.sublayer_grad_sumsq(grads, cfg),
+           "angular": diagnostics.angular_distance(taps["u"])}
+    if "mix" in taps:
+      out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
+    return out
+  return jax.jit(fn)

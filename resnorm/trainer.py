@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from resnorm import ckpt, configlib, data, diagnostics, flops, residual, setup, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, flops, runtime, step as step_lib, workdir as wd
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -53,7 +53,7 @@ class Trainer:
   def __init__(self, cfg, workdir: str):
     self.t_created = time.perf_counter()
     self.cfg, self.workdir = cfg, workdir
-    self.s = setup.build(cfg)
+    self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
     self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
     self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
@@ -121,7 +121,7 @@ class Trainer:
     if self._diag_fn is None:
       t0 = time.perf_counter()
       with self.s.mesh_context():
-        self._diag_fn = diagnostics.make_diag_fn(self.cfg, self.s.mcfg).lower(state["params"], batch).compile()
+        self._diag_fn = step_lib.make_diag_fn(self.cfg, self.s.mcfg).lower(state["params"], batch).compile()
       self.diag_compile_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     with self.s.mesh_context():
@@ -133,7 +133,8 @@ class Trainer:
     m = self.cfg.model
     self.diag.write({"step": step, "residual": m.residual, "num_layers": m.num_layers, "sublayers": rows})
     scalars = {}
-    for key in ("grad_norm", "act_rms", "cos_next_median", "update_ratio", "gain_forward", "gain_backward"):
+    for key in ("grad_norm", "act_rms", "cos_next_median", "update_ratio", "gain_forward", "gain_backward",
+                "stream_spread"):
       for r in rows:
         if r.get(key) is not None:
           scalars[f"diag/{key}/{r['index']:03d}_{r['kind']}"] = r[key]

@@ -1,4 +1,4 @@
-"""Workdir files (DESIGN.md contracts): config.json, metrics.jsonl, diagnostics.jsonl, summary.json, tb/.
+"""Workdir files (the contracts of docs/design.md): config.json, metrics.jsonl, diagnostics.jsonl, summary.json, tb/.
 
 JSONL files are appended and flushed line by line, so a killed run leaves only whole lines; on resume, lines past
 the restored step are dropped (they will be recomputed), so no step is logged twice. summary.json is replaced

@@ -1,11 +1,9 @@
 """Shared fixtures: tiny configs and corpora made by the tests themselves (nothing is downloaded)."""
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("RESNORM_COMPILATION_CACHE", "off")  # train.py runs in tests leave ~/.cache alone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -14,18 +12,13 @@ jax.config.update("jax_numpy_rank_promotion", "raise")
 # Tests run tiny models: compile time dominates, and XLA's heavy optimizations cost 2-3x of it.
 jax.config.update("jax_disable_most_optimizations", True)
 
-from configs import base  # noqa: E402
+from configs import tiny as tiny_file  # noqa: E402
 
 
 def tiny_config(residual="pre_norm", num_layers=2, **over):
-  """A model small enough for a unit test; `over` maps dotted keys to values."""
-  c = base.get_config("cpu")
-  c.model.residual, c.model.num_layers = residual, num_layers
-  c.model.d_model, c.model.num_heads, c.model.mlp_dim = 32, 2, 64
-  c.model.remat = "none"  # compiles faster; remat == no remat is its own test, and train.py runs use the default
-  c.data.seq_len, c.train.batch_size, c.data.eval_batches = 16, 4, 2
-  c.train.steps, c.train.warmup_steps = 6, 2
-  c.train.log_every, c.train.eval_every, c.train.ckpt_every, c.train.diag_every = 1, 3, 3, 0
+  """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values."""
+  c = tiny_file.get_config(residual)
+  c.model.num_layers = num_layers
   for key, val in over.items():
     node = c
     *path, last = key.split(".")

@@ -1,6 +1,5 @@
 """resnorm.bench runs the real step on a grid and writes the JSON contract (timings are reported, not judged)."""
 import json
-import os
 import subprocess
 import sys
 

@@ -7,11 +7,11 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENV = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "TF_CPP_MIN_LOG_LEVEL": "2"}
-TINY = ["--config.model.num_layers=2", "--config.model.d_model=32", "--config.model.num_heads=2",
-        "--config.model.mlp_dim=64", "--config.data.seq_len=16", "--config.train.batch_size=4",
-        "--config.data.eval_batches=2", "--config.train.steps=4", "--config.train.warmup_steps=1",
-        "--config.train.log_every=1", "--config.train.eval_every=2", "--config.train.ckpt_every=2"]
+# PYTHONPATH: scripts run from this checkout's resnorm, whatever else is installed
+ENV = {**os.environ, "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ROOT}
+# configs/tiny.py:VARIANT, with the run lengths these tests rely on
+TINY = ["--config.train.steps=4", "--config.train.warmup_steps=1", "--config.train.eval_every=2",
+        "--config.train.ckpt_every=2", "--config.train.diag_every=2", "--config.model.remat=dots"]
 
 
 def run(script, *args, cwd=ROOT):
@@ -25,7 +25,7 @@ def _text_args(text_corpus):
 
 def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   wd = str(tmp_path / "run")
-  r = run("train.py", "--config=configs/mhc_12l.py", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
+  r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
   assert r.returncode == 0, r.stderr[-2000:]
   assert "step 4/4" in r.stdout and "params" in r.stdout
   for name in ("config.json", "metrics.jsonl", "summary.json", "diagnostics.jsonl"):
@@ -37,7 +37,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(lines[0])
   assert any("eval_loss" in l for l in lines)
   # the same command again: already complete, nothing retrained
-  r = run("train.py", "--config=configs/mhc_12l.py", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
+  r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
   assert r.returncode == 0 and "compiled" not in r.stdout
   # eval uses the checkpoint's own config, whatever the current config files say
   r = run("eval.py", f"--workdir={wd}", "--step=2")
@@ -50,7 +50,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
 
 def test_eval_init_writes_diagnostics(tmp_path, text_corpus):
   out = str(tmp_path / "init")
-  r = run("eval.py", "--config=configs/hc_12l.py", "--init", f"--outdir={out}", *TINY, *_text_args(text_corpus))
+  r = run("eval.py", "--config=configs/tiny.py:hc", "--init", f"--outdir={out}", *TINY, *_text_args(text_corpus))
   assert r.returncode == 0, r.stderr[-2000:]
   res = json.load(open(os.path.join(out, "init.json")))
   assert res["step"] == 0 and res["residual"] == "hc" and len(res["sublayers"]) == 4
@@ -92,7 +92,7 @@ def test_second_run_loads_compiled_steps_from_the_cache(tmp_path, text_corpus):
   """The persistent compilation cache: a second run of one config compiles nothing new."""
   cache = tmp_path / "cache"
   env = {**ENV, "RESNORM_COMPILATION_CACHE": str(cache), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
-  args = ["--config=configs/pre_norm_12l.py", *TINY, "--config.train.steps=2", *_text_args(text_corpus)]
+  args = ["--config=configs/tiny.py", *TINY, "--config.train.steps=2", *_text_args(text_corpus)]
 
   def train(wd):
     r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *args, f"--workdir={tmp_path / wd}"],

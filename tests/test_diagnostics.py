@@ -19,7 +19,7 @@ def diag(request):
   cfg = tiny_config(request.param, 3)
   mcfg, params, _, _ = init_and_apply(cfg)
   batch = _batch()
-  out = jax.device_get(diagnostics.make_diag_fn(cfg, mcfg)(params, batch))
+  out = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))
   from resnorm.model import LM
   _, taps = jax.jit(lambda p, x: LM(mcfg, collect=True).apply({"params": p}, x))(params, batch["inputs"])
   return cfg, mcfg, params, batch, out, jax.device_get(taps)
@@ -94,3 +94,42 @@ def test_spike_detector():
   losses[40] = 4.0
   flags = [det.update(i, l) for i, l in enumerate(losses)]
   assert flags[40] and sum(flags) == 1 and det.events[0]["step"] == 40
+
+
+def _train_tiny(name, steps=40, **over):
+  """`steps` AdamW steps (lr 1e-2) on a learnable toy sequence; returns the trained params, config and a batch."""
+  import flax
+  from resnorm import optim
+  cfg = tiny_config(name, 2, **{"train.warmup_steps": 0, "train.lr": 1e-2, "train.steps": steps, **over})
+  mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
+  tok = jax.random.randint(jax.random.key(0), (steps, 4, 17), 0, 16)
+  tok = tok.at[:, :, 1::2].set((tok[:, :, 0::2][:, :, :8] * 3 + 1) % 16)
+  batches = {"inputs": tok[:, :, :-1], "targets": tok[:, :, 1:], "mask": jnp.ones((steps, 4, 16))}
+
+  @jax.jit
+  def train():
+    state = flax.linen.unbox(step.init_state(cfg, mcfg, tx, jax.random.key(0), 16))
+    state, _ = jax.lax.scan(lambda s, b: step.train_step(s, b, cfg=cfg, mcfg=mcfg, tx=tx), state, batches)
+    return state["params"]
+  return train(), cfg, mcfg, jax.tree.map(lambda a: a[0], batches)
+
+
+def test_mhc_streams_separate_in_training_at_the_default_init():
+  """stream_spread: 0 at init (identical copies), grows under the identity-leaning default; the uniform (J/n) start
+  stays collapsed (measured here: median 0.064 against 0.032 at 40 steps; hc reaches 0.32)."""
+  spread = {}
+  for init in ("default", "uniform"):
+    params, cfg, mcfg, batch = _train_tiny("mhc", **({"model.mhc.init": init} if init == "uniform" else {}))
+    out = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))
+    s = np.asarray(out["stats"]["stream_spread"])
+    assert s.shape == (4,) and s[0] == 0.0  # the first sublayer sees the embedding, copied n times
+    spread[init] = float(np.median(s[1:]))
+  assert spread["default"] > 0.045 and spread["default"] > 1.5 * spread["uniform"], spread
+
+
+def test_stream_spread_formula():
+  from resnorm.residual.base import stream_spread
+  h = np.random.default_rng(0).normal(size=(2, 3, 4, 8))
+  mean = h.mean(2)
+  ref = np.mean(np.linalg.norm(h - mean[:, :, None], axis=-1), axis=-1) / np.linalg.norm(mean, axis=-1)
+  np.testing.assert_allclose(stream_spread(jnp.asarray(h, jnp.float32)), ref, rtol=1e-5)

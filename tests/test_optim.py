@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 
 from conftest import param_shapes, tiny_config
-from resnorm import optim
+from resnorm import configlib, optim
 
 
-@pytest.mark.parametrize("name", optim.SCHEDULES)
+@pytest.mark.parametrize("name", configlib.SCHEDULES)
 def test_schedule_warmup_then_decay(name):
   cfg = tiny_config(**{"train.steps": 100, "train.warmup_steps": 10, "train.lr": 1e-3, "train.schedule": name,
                        "train.min_lr_ratio": 0.1})

@@ -19,7 +19,7 @@ LONG = [a for a in TINY if "train.steps" not in a and "ckpt_every" not in a] + [
 
 
 def _start(wd, text_corpus):
-  return subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/pre_norm_12l.py",
+  return subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/tiny.py",
                            f"--workdir={wd}", *LONG, "--config.data.name=text_files",
                            f"--config.data.paths={text_corpus}"],
                           cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -142,7 +142,7 @@ def test_more_bad_inputs(tmp_path, args, msg):
   empty = tmp_path / "empty.txt"
   empty.write_text("")
   args = [a.replace("{empty}", str(empty)) for a in args]
-  r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/pre_norm_12l.py",
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/tiny.py",
                       f"--workdir={tmp_path / 'wd'}", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
                      timeout=120)
   assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
-         "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+         "JAX_DISABLE_MOST_OPTIMIZATIONS": "1", "PYTHONPATH": ROOT}
   r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "scripts", "multidevice.py"),
                       str(tmp_path_factory.mktemp("ck"))], env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stderr[-3000:]

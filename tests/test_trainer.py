@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import text_config
-from resnorm import ckpt, setup, trainer
+from resnorm import ckpt, runtime, trainer
 from resnorm.errors import EXIT_DIVERGED, InputError
 
 
@@ -17,7 +17,7 @@ def _metrics(path):
 
 
 def _final_params(cfg, path, step):
-  s = setup.build(cfg)
+  s = runtime.build(cfg)
   state, _ = ckpt.Checkpointer(os.path.join(os.path.abspath(path), "checkpoints"), read_only=True).restore(
       step, s.abstract)
   return state

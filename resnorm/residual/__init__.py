@@ -3,6 +3,4 @@
 Importing this package registers every variant; `get(name)` returns one.
 """
 from resnorm.residual import classic, hyper, mhc  # noqa: F401  (registration)
-from resnorm.residual.base import REGISTRY, Variant, get
-
-NOT_IMPLEMENTED = ("admin", "resi_dual", "hybrid_norm", "denseformer", "ngpt")
+from resnorm.residual.base import REGISTRY, Variant, get  # noqa: F401

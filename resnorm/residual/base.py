@@ -1,6 +1,6 @@
 """The interface every residual variant implements, and the registry that holds them.
 
-A variant is one `Variant` record (DESIGN.md, "Variants are pure pieces with one interface"):
+A variant is one `Variant` record (docs/design.md, "Variants are pure pieces with one interface"):
 
 - `sublayer`: a Flax module class, instantiated once per sublayer (attention and MLP each), called as
   `sublayer(cfg)(state, branch, norm, layer, sub) -> (state, taps)`, where
@@ -12,7 +12,9 @@ A variant is one `Variant` record (DESIGN.md, "Variants are pure pieces with one
       output) and, for multi-stream variants, `mix` (the per-token residual mixing H_res, [B,T,n,n], acting on the
       stream axis from the left: H_out = H_res @ H + ...).
 - `streams(cfg)`: 0 for a `[B,T,D]` state; n for `[B,T,n,D]` (the embedding repeated n times, summed at the end).
-- `final_norm`: whether the reduced state goes through a final norm before the head.
+- `final_norm`: whether the reduced state goes through a final norm before the head (`model.final_norm=False`
+  drops it, an ablation).
+- `block_shared(cfg)`: whether one instance of `sublayer` wraps both sublayers of a block (params per block).
 - `block_norms`: whether the sublayers call their `norm` (ReZero does not; used by the param count).
 - `segments(cfg)`: `((name, num_layers, sublayer_class), ...)`, scanned one after another (Mix-LN: two).
 - `init_scales(cfg)`: factors on base initializers by weight name (DeepNorm's beta); the random draws are the same.
@@ -22,6 +24,9 @@ A variant is one `Variant` record (DESIGN.md, "Variants are pure pieces with one
 """
 import dataclasses
 from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
 
 from resnorm.errors import InputError
 
@@ -38,6 +43,19 @@ def _no_check(cfg):
   return None
 
 
+def _false(cfg):
+  return False
+
+
+def stream_spread(h_BTnD: jax.Array) -> jax.Array:
+  """[B, T]: mean over the n streams of ||h_k - mean_k h|| / ||mean_k h||. 0 when the streams are copies of one
+  another (a multi-stream variant that has collapsed to a single stream)."""
+  h = h_BTnD.astype(jnp.float32)
+  mean = jnp.mean(h, axis=2, keepdims=True)
+  dev = jnp.linalg.norm(h - mean, axis=-1)
+  return jnp.mean(dev, axis=-1) / jnp.maximum(jnp.linalg.norm(mean[:, :, 0], axis=-1), 1e-12)
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
   name: str
@@ -51,7 +69,7 @@ class Variant:
   extra_params: Callable = _none
   extra_flops: Callable = _none
   check: Callable = _no_check
-  doc: str = ""
+  block_shared: Callable = _false
 
   def layer_segments(self, cfg):
     if self.segments is not None:

@@ -1,12 +1,12 @@
 """Single-stream variants: where the norm goes and how strong the identity path is.
 
-Equations follow VARIANTS.md sections 1 and 4; x is the residual stream [B,T,D], F the sublayer, N its norm.
+Equations follow docs/variants.md sections 1 and 4; x is the residual stream [B,T,D], F the sublayer, N its norm.
 """
 import flax.linen as nn
 import jax.numpy as jnp
 
 from resnorm.errors import check
-from resnorm.layers import make_norm
+from resnorm.norms import make_norm
 from resnorm.residual.base import Variant, register
 
 
@@ -56,7 +56,8 @@ class DeepNorm(nn.Module):
   """DeepNorm (Wang et al. 2022, arXiv 2203.00555): x <- N(alpha x + F(x)), alpha = (2M)^(1/4); the init of FFN,
   v_proj and out_proj is scaled by beta = (8M)^(-1/4) (`init_scales`), q and k keep gain 1. No final norm.
 
-  Deviation: beta multiplies whichever base init `model.init` selects (the paper's is Xavier, i.e. `xavier`).
+  The paper's base init is Xavier (`model.init=xavier`); `normal` is accepted. `gpt2` is refused: its 1/sqrt(2L)
+  on residual outputs would scale them by depth a second time, on top of beta.
   """
   cfg: object
 
@@ -74,7 +75,10 @@ def _deepnorm_scales(cfg):
 
 class ReZero(nn.Module):
   """ReZero (Bachlechner et al. 2020, arXiv 2003.04887): x <- x + a_l F(x), a_l a learned scalar per sublayer
-  initialized to `model.rezero.alpha_init` (paper: 0). No norm anywhere, including before the head."""
+  initialized to `model.rezero.alpha_init` (paper: 0). No norm anywhere, including before the head.
+
+  `model.rezero.share_gate=True`: one gate per block for both sublayers, as the official code's
+  `ReZeroEncoderLayer` (one `resweight` for attention and feed-forward)."""
   cfg: object
 
   @nn.compact
@@ -86,7 +90,8 @@ class ReZero(nn.Module):
 
 class LNScaling(nn.Module):
   """LayerNorm Scaling (Sun et al. 2025, arXiv 2502.05795): Pre-LN with N(x) / sqrt(l), l = 1..L the block index,
-  applied to both norms of the block; final norm unscaled. Use it without depth-scaled init (`model.init=xavier`)."""
+  applied to both norms of the block; final norm unscaled. The paper drops depth-scaled init with it, so
+  `model.init=gpt2` is refused; its reference code uses `normal`."""
   cfg: object
 
   @nn.compact
@@ -111,19 +116,25 @@ def _check_mix_ln(cfg):
         f"model.mix_ln.post_fraction={cfg.mix_ln.post_fraction} must be in [0, 1]")
 
 
+def _no_depth_scaled_init(name):
+  def check_init(cfg):
+    check(cfg.init != "gpt2", f"model.init='gpt2' scales residual outputs by 1/sqrt(2L), and model.residual={name!r} "
+          "already scales by depth; use model.init=xavier or normal")
+  return check_init
+
+
 def _per_sublayer(count):
   return lambda cfg: count(cfg) * 2 * cfg.num_layers
 
 
-register(Variant("post_norm", PostNorm, final_norm=False, doc="x <- N(x + F(x))"))
-register(Variant("pre_norm", PreNorm, doc="x <- x + F(N(x)); final N"))
-register(Variant("peri_norm", PeriNorm, doc="x <- x + N_out(F(N_in(x))); final N",
+register(Variant("post_norm", PostNorm, final_norm=False))
+register(Variant("pre_norm", PreNorm))
+register(Variant("peri_norm", PeriNorm,
                  extra_params=_per_sublayer(lambda cfg: cfg.d_model * (2 if cfg.norm == "layernorm" else 1))),
          "sandwich")
 register(Variant("deepnorm", DeepNorm, final_norm=False, init_scales=_deepnorm_scales,
-                 doc="x <- N(alpha x + F(x)), alpha=(2M)^1/4, init*beta=(8M)^-1/4"))
-register(Variant("rezero", ReZero, final_norm=False, block_norms=False, extra_params=_per_sublayer(lambda cfg: 1),
-                 doc="x <- x + a F(x), a=0 at init, no norm"))
-register(Variant("ln_scaling", LNScaling, doc="x <- x + F(N(x)/sqrt(l)); final N"))
-register(Variant("mix_ln", PreNorm, segments=_mix_ln_segments, check=_check_mix_ln,
-                 doc="Post-LN for the first 25% of layers, then Pre-LN; final N"))
+                 check=_no_depth_scaled_init("deepnorm")))
+register(Variant("rezero", ReZero, final_norm=False, block_norms=False, block_shared=lambda cfg: cfg.rezero.share_gate,
+                 extra_params=lambda cfg: cfg.num_layers * (1 if cfg.rezero.share_gate else 2)))
+register(Variant("ln_scaling", LNScaling, check=_no_depth_scaled_init("ln_scaling")))
+register(Variant("mix_ln", PreNorm, segments=_mix_ln_segments, check=_check_mix_ln))

@@ -18,10 +18,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from resnorm import kernels
 from resnorm.errors import check
-from resnorm.layers import make_norm
-from resnorm.residual.base import Variant, register
-from resnorm.residual.streams import mix_streams
+from resnorm.norms import make_norm
+from resnorm.residual.base import Variant, register, stream_spread
 
 
 def _static_alpha_init(sub, n):
@@ -53,7 +53,7 @@ class HyperConnection(nn.Module):
       dyn = act(hbar.reshape(-1, d) @ w).reshape(h_BTnD.shape[:3] + (n + 2,))
       alpha = alpha[None, None] + s_alpha * dyn[..., : n + 1]                                      # [B,T,n,n+1]
       beta = beta[None, None] + s_beta * dyn[..., n + 1]                                           # [B,T,n]
-      mix_BTmD = mix_streams(h_BTnD, alpha)
+      mix_BTmD = kernels.get(self.cfg.kernels).mix_streams(h_BTnD, alpha)
       beta_BTn1 = beta.astype(dt)[..., None]
     else:
       mix_BTmD = jnp.einsum("btnd,nm->btmd", h_BTnD, alpha.astype(dt))
@@ -64,7 +64,7 @@ class HyperConnection(nn.Module):
     a_r = alpha[..., 1:]
     h_res = jnp.swapaxes(a_r, -1, -2)
     h_res = jnp.broadcast_to(h_res.reshape((1,) * (4 - h_res.ndim) + h_res.shape), h_BTnD.shape[:2] + (n, n))  # H_res = A_r^T
-    return out, {"u": h0_BTD, "f": y_BTD, "mix": h_res}
+    return out, {"u": h0_BTD, "f": y_BTD, "mix": h_res, "spread": stream_spread(h_BTnD)}
 
 
 def _norm_size(cfg):
@@ -101,5 +101,4 @@ def _check_hc(cfg):
 register(Variant(
     "hc", HyperConnection, streams=lambda cfg: cfg.hc.n, init_scales=_hc_scales, decay=("w_alpha", "w_beta"),
     extra_params=lambda cfg: 2 * cfg.num_layers * hc_params_per_sublayer(cfg),
-    extra_flops=lambda cfg: 2 * cfg.num_layers * hc_flops_per_sublayer(cfg), check=_check_hc,
-    doc="H <- A_r^T H + B^T F(N(A_m^T H)); n streams, learned (dynamic) mixing"))
+    extra_flops=lambda cfg: 2 * cfg.num_layers * hc_flops_per_sublayer(cfg), check=_check_hc))

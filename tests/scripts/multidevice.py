@@ -5,21 +5,19 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
+import jax
+import numpy as np
 
-from configs import base  # noqa: E402
-from resnorm import ckpt, dryrun, setup  # noqa: E402
+from configs import tiny
+from resnorm import ckpt, dryrun, runtime
 
 MESHES = ((1, 1, 1), (8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4))
 
 
 def config(residual, mesh):
-  c = base.get_config("cpu")
-  c.model.residual, c.model.num_layers = residual, 2
-  c.model.d_model, c.model.num_heads, c.model.mlp_dim = 32, 4, 64
-  c.data.seq_len, c.train.batch_size, c.train.steps, c.train.warmup_steps = 16, 8, 4, 0
+  c = tiny.get_config(residual)
+  c.model.num_heads = 4
+  c.train.batch_size, c.train.steps, c.train.warmup_steps = 8, 4, 0
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
   return c
 
@@ -33,7 +31,7 @@ def batches(c):
 def run(residual, mesh):
   c = config(residual, mesh)
   devices = jax.devices()[: int(np.prod(mesh))]
-  s = setup.build(c, devices)
+  s = runtime.build(c, devices)
   state = s.init_state()
   out = {"bytes_predicted": dryrun.per_device_bytes(s.abstract), "bytes_actual": dryrun.actual_device_bytes(state)}
   spec_q = state["params"]["blocks"]["attn"]["q"].sharding.spec
@@ -67,10 +65,10 @@ def main():
   # restore each checkpoint onto the other mesh shape and onto one device
   for src in ("8x1x1", "2x2x2"):
     for dst in ((2, 2, 2), (8, 1, 1), (1, 1, 1)):
-      s = setup.build(config("pre_norm", dst), jax.devices()[: int(np.prod(dst))])
+      s = runtime.build(config("pre_norm", dst), jax.devices()[: int(np.prod(dst))])
       restored, _ = ckpt.Checkpointer(os.path.join(sys.argv[1], f"ck_{src}"), read_only=True).restore(4, s.abstract)
       ref, _ = ckpt.Checkpointer(os.path.join(sys.argv[1], f"ck_{src}"), read_only=True).restore(
-          4, setup.build(config("pre_norm", (1, 1, 1)), jax.devices()[:1]).abstract)
+          4, runtime.build(config("pre_norm", (1, 1, 1)), jax.devices()[:1]).abstract)
       same = all(np.array_equal(np.asarray(a), np.asarray(b))
                  for a, b in zip(jax.tree.leaves(restored["params"]), jax.tree.leaves(ref["params"])))
       results[f"restore:{src}->{dst}"] = {"equal": same,

@@ -5,11 +5,13 @@ import os
 
 import numpy as np
 
-from resnorm import plots, workdir as wd
+from resnorm import workdir as wd
+from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
 COLUMNS = ("run", "residual", "layers", "lr", "warmup", "seed", "status", "diverged_step", "final_train_loss",
-           "final_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter", "grad_ratio_last_first", "max_gain")
+           "final_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter", "grad_ratio_last_first", "max_gain",
+           "stream_spread")
 
 
 def run_row(path: str) -> tuple[dict, dict | None, list]:
@@ -34,6 +36,8 @@ def run_row(path: str) -> tuple[dict, dict | None, list]:
     row["grad_ratio_last_first"] = g1 / g0 if g0 else None
     gains = [max(r["gain_forward"], r["gain_backward"]) for r in rows if r.get("gain_forward") is not None]
     row["max_gain"] = max(gains) if gains else None
+    spread = [r["stream_spread"] for r in rows if r.get("stream_spread") is not None]
+    row["stream_spread"] = float(np.median(spread)) if spread else None  # median over sublayers
   return row, last, wd.read_jsonl(os.path.join(path, "metrics.jsonl"))
 
 

@@ -1,0 +1,87 @@
+"""Each XLA:CPU kernel equals its reference form (resnorm.kernels) in value and gradient, float32 and bfloat16,
+and the whole model computes the same function under model.kernels=xla_cpu and =reference."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_and_apply, tiny_config
+from resnorm import configlib, kernels
+from resnorm.kernels import reference, xla_cpu
+from resnorm.model import LM
+
+TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}
+
+
+def _inputs(name, t, dtype):
+  ks = jax.random.split(jax.random.key(7), 4)
+  r = lambda k, shape: jax.random.normal(k, shape).astype(dtype)
+  if name == "attention":
+    return (r(ks[0], (2, t, 3, 8)), r(ks[1], (2, t, 3, 8)), r(ks[2], (2, t, 3, 8))), {}
+  if name == "project":
+    return (r(ks[0], (2, t, 16)), r(ks[1], (16, 24)) * 0.3), {}
+  if name == "gelu":
+    return (r(ks[0], (2, t, 16)) * 3,), {}
+  if name == "mix_streams":  # a non-symmetric [.., n, n+1] mixing, as HC's alpha
+    return (r(ks[0], (2, t, 4, 8)), jax.random.normal(ks[1], (2, t, 4, 5))), {}
+  logits = jax.random.normal(ks[0], (2, t, 4, 4)) * 2.0
+  return (logits.at[0, 0].set(0.0),), {"iters": 20}  # tied logits: the case whose gradient once came back NaN
+
+
+def _check(name, t, dtype):
+  args, kw = _inputs(name, t, dtype)
+  fast = lambda *a: getattr(xla_cpu, name)(*a, **kw)
+  ref = lambda *a: getattr(reference, name)(*a, **kw)
+  out_f, vjp_f = jax.vjp(fast, *args)
+  out_r, vjp_r = jax.vjp(ref, *args)
+  assert out_f.dtype == out_r.dtype and out_f.shape == out_r.shape
+  g = jax.random.normal(jax.random.key(9), out_f.shape).astype(out_f.dtype)
+  tol = TOL[dtype] if name != "sinkhorn" else 1e-5
+  for a, b in zip((out_f, *vjp_f(g)), (out_r, *vjp_r(g))):
+    assert a.dtype == b.dtype
+    a32, b32 = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    assert np.all(np.isfinite(a32)) and float(np.max(np.abs(b32))) > 1e-3
+    np.testing.assert_allclose(a32, b32, rtol=tol, atol=tol * max(1.0, float(np.max(np.abs(b32)))))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("name", ["project", "gelu", "attention", "mix_streams"])
+def test_xla_cpu_kernel_equals_reference(name, dtype):
+  _check(name, 12, dtype)
+
+
+def test_blocked_attention_equals_reference_past_128_rows():
+  """From T = 128 the XLA:CPU attention runs by query blocks (here 33, 33, 33 and 31 rows)."""
+  assert [hi - lo for lo, hi in xla_cpu.query_blocks(130)] == [33, 33, 33, 31]
+  _check("attention", 130, jnp.float32)
+
+
+def test_sinkhorn_layouts_agree_and_rows_are_exact():
+  _check("sinkhorn", 6, jnp.float32)
+  logits = jax.random.normal(jax.random.key(0), (64, 4, 4)) * 2.0
+  for impl in (reference, xla_cpu):
+    m = impl.sinkhorn(logits, 20)
+    np.testing.assert_allclose(m.sum(-1), 1.0, atol=1e-6)  # rows normalized last: exact
+    col_err = lambda it: float(jnp.abs(impl.sinkhorn(logits, it).sum(-2) - 1).max())
+    assert col_err(20) < 0.05 and col_err(200) < 1e-4 and col_err(2) > col_err(20)
+
+
+def test_auto_picks_xla_cpu_on_cpu():
+  assert jax.default_backend() == "cpu" and kernels.get("auto") is xla_cpu
+  assert kernels.get("reference") is reference
+
+
+@pytest.mark.parametrize("name", ["hc", "mhc"])
+def test_model_same_function_under_both_kernel_sets(name):
+  cfg = tiny_config(name, 2, **{"model.kernels": "xla_cpu"})
+  mcfg, params, tokens, _ = init_and_apply(cfg)
+  ref = configlib.model_config(tiny_config(name, 2, **{"model.kernels": "reference"}))
+
+  def loss(m):
+    return lambda p: jnp.mean(jax.nn.log_softmax(LM(m).apply({"params": p}, tokens)[0])[..., 5])
+
+  l1, g1 = jax.jit(jax.value_and_grad(loss(mcfg)))(params)
+  l2, g2 = jax.jit(jax.value_and_grad(loss(ref)))(params)
+  np.testing.assert_allclose(l1, l2, rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
