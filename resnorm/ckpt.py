@@ -17,9 +17,20 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
     self.directory, self.read_only = directory, read_only
-    opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=not read_only, read_only=read_only,
+    opts = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep, create=not read_only,
+                                        read_only=read_only, save_interval_steps=0 if read_only else 1,
                                         enable_async_checkpointing=True)
-    self.mngr = ocp.CheckpointManager(directory, options=opts)
+    # Naming each item's handler up front lets metadata() and a restore of some items read a checkpoint without
+    # Orbax warning about the items it was not asked for.
+    registry = ocp.handlers.DefaultCheckpointHandlerRegistry()
+    for item, handler, save, restore in (
+        ("state", ocp.StandardCheckpointHandler(), ocp.args.StandardSave, ocp.args.StandardRestore),
+        ("host", ocp.JsonCheckpointHandler(), ocp.args.JsonSave, ocp.args.JsonRestore),
+        ("data", grain.checkpoint.CheckpointHandler(), grain.checkpoint.CheckpointSave,
+         grain.checkpoint.CheckpointRestore)):
+      registry.add(item, save, handler)
+      registry.add(item, restore, handler)
+    self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
 
   def steps(self) -> list[int]:
     return sorted(self.mngr.all_steps())

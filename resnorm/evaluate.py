@@ -3,7 +3,7 @@ import os
 
 import jax
 
-from resnorm import ckpt, configlib, data, diagnostics, runtime, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, progress, runtime, step as step_lib, workdir as wd
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
@@ -46,13 +46,17 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
     check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
   outdir = os.path.join(workdir, "eval")
   results = []
-  for k in (steps if all_steps else [step]):
+  todo = steps if all_steps else [step]
+  bar = progress.Progress(len(todo), desc="eval", enabled=None if len(todo) > 1 else False)
+  for k in todo:
     stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
     cfg = configlib.from_json(stored)  # the checkpoint's own config, never the caller's
     s = runtime.build(cfg)
     state, _ = checkpointer.restore(k, s.abstract)
     results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
-    _write(outdir, f"step_{k}.json", results[-1])
+    _write(outdir, f"step_{k}.json", results[-1], bar.write)
+    bar.advance()
+  bar.close()
   if jax.process_index() == 0:
     summary = _read_optional(os.path.join(workdir, "summary.json"))
     plots.loss_curves(wd.read_jsonl(os.path.join(workdir, "metrics.jsonl")), summary.get("spike_steps"),
@@ -70,7 +74,7 @@ def _read_optional(path):
     return {}
 
 
-def _write(outdir, name, result):
+def _write(outdir, name, result, log=print):
   if jax.process_index() != 0:
     return
   try:
@@ -79,4 +83,4 @@ def _write(outdir, name, result):
     raise InputError(f"cannot create {outdir!r}: {e.strerror}") from None
   path = os.path.join(outdir, name)
   wd.write_json(path, result)
-  print(f"eval_loss {result['eval_loss']:.4f} | bits_per_byte {result['bits_per_byte']:.4f} -> {path}", flush=True)
+  log(f"eval_loss {result['eval_loss']:.4f} | bits_per_byte {result['bits_per_byte']:.4f} -> {path}")

@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from resnorm import ckpt, configlib, data, diagnostics, flops, runtime, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, workdir as wd
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -113,8 +113,8 @@ class Trainer:
   def _eval(self, state, step: int):
     self.last["eval"] = self.s.evaluate(state["params"], self.eval_data)
     self._log({"step": step, **self.last["eval"]})
-    print(f"step {step} | eval_loss {self.last['eval']['eval_loss']:.4f} | "
-          f"bpb {self.last['eval']['bits_per_byte']:.4f}", flush=True)
+    self.progress.write(f"step {step} | eval_loss {self.last['eval']['eval_loss']:.4f} | "
+                        f"bpb {self.last['eval']['bits_per_byte']:.4f}")
 
   def _diagnostics(self, state, batch, step: int):
     """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard."""
@@ -175,6 +175,7 @@ class Trainer:
     if t.diag_every and start == 0:
       self._diagnostics(state, batch, 0)
     preempt = _Preemption()
+    self.progress = progress.Progress(t.steps, start)
     tokens_per_step = t.batch_size * cfg.data.seq_len
     pending, step, t_log, s_log, skipped_total = None, start, time.perf_counter(), start, 0
     try:
@@ -182,6 +183,7 @@ class Trainer:
         with self.s.mesh_context():
           state, metrics = train_step(state, batch)
         step += 1
+        self.progress.advance()
         prev, pending = pending, (step, metrics)
         todo = [prev] if prev else []
         stopping = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
@@ -203,8 +205,9 @@ class Trainer:
             t_log, s_log = now, s_i
             self._log({"step": s_i, "loss": float(m["loss"]), "lr": float(m["lr"]),
                        "grad_norm": float(m["grad_norm"]), "tokens_per_s": tps})
-            print(f"step {s_i}/{t.steps} | loss {float(m['loss']):.4f} | lr {float(m['lr']):.2e} | "
-                  f"{tps:,.0f} tok/s", flush=True)
+            self.progress.metrics(f"step {s_i}/{t.steps} | loss {float(m['loss']):.4f} | lr {float(m['lr']):.2e} | "
+                                  f"{tps:,.0f} tok/s", loss=f"{float(m['loss']):.4f}", lr=f"{float(m['lr']):.2e}",
+                                  tok_s=f"{tps:,.0f}")
         if step % t.eval_every == 0 or step == t.steps:
           self._eval(state, step)
         if t.diag_every and (step % t.diag_every == 0 or step == t.steps):
@@ -226,10 +229,12 @@ class Trainer:
       train_s = time.perf_counter() - t_start
       self._summary("completed", step, compile_s=round(compile_s, 3), startup_s=round(self.startup_s, 3),
                     skipped_steps=skipped_total, train_s=round(train_s, 3))
+      self.progress.close()
       print(f"done: {step - start} steps in {train_s:.1f}s; diagnostics {self.diag_s:.1f}s "
             f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile", flush=True)
       return 0
     finally:
+      self.progress.close()
       preempt.restore()
       self.ckpt.close()
       for log in (self.metrics, self.diag, self.tb):
