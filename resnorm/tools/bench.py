@@ -1,5 +1,5 @@
 """Step-time benchmark: python -m resnorm.bench --config=configs/NAME.py [--config.*=...] [--residuals=a,b]
-[--depths=12,96] [--steps=N] [--json=FILE]
+[--depths=12,96] [--kernels=xla_cpu,reference] [--steps=N] [--json=FILE]
 
 Every point is the real train step (resnorm.runtime, the code train.py runs) on synthetic batches, in ONE process.
 Repetitions are interleaved across points (A B A B ...), so drift on a noisy machine hits all points alike.
@@ -17,13 +17,14 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from resnorm import flops, hostmem, runtime, startup
+from resnorm import configlib, flops, hostmem, runtime, startup
 from resnorm.errors import InputError, check, cli_main, run_app
 
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", None, "Config file.", lock_config=True)
 flags.DEFINE_list("residuals", None, "Variants to compare (default: the config's).")
 flags.DEFINE_list("depths", None, "Depths to compare (default: the config's).")
+flags.DEFINE_list("kernels", None, "model.kernels sets to compare, e.g. xla_cpu,reference (default: the config's).")
 flags.DEFINE_integer("steps", 20, "Timed steps per point.")
 flags.DEFINE_integer("warmup", 2, "Untimed steps per point after compilation.")
 flags.DEFINE_string("json", None, "Write the results here.")
@@ -91,18 +92,18 @@ class Point:
       self.faults.append(_minor_faults() - f0)
 
 
-def run(base_cfg, residuals, depths, steps: int, warmup: int) -> dict:
+def run(base_cfg, residuals, depths, steps: int, warmup: int, kernel_sets=None) -> dict:
   pk, source = peak(base_cfg.model.dtype)
   points = []
-  for r in residuals:
-    for d in depths:
-      cfg = base_cfg.copy_and_resolve_references()
-      cfg.model.residual, cfg.model.num_layers = r, d
-      p = Point(cfg)
-      for _ in range(warmup):
-        p.step(False)
-      p.rss = memory_mb()
-      points.append(p)
+  grid = [(r, d, k) for r in residuals for d in depths for k in (kernel_sets or [base_cfg.model.kernels])]
+  for r, d, k in grid:
+    cfg = base_cfg.copy_and_resolve_references()
+    cfg.model.residual, cfg.model.num_layers, cfg.model.kernels = r, d, k
+    p = Point(cfg)
+    for _ in range(warmup):
+      p.step(False)
+    p.rss = memory_mb()
+    points.append(p)
   for _ in range(steps):  # interleaved: A B C A B C ...
     for p in points:
       p.step(True)
@@ -111,7 +112,7 @@ def run(base_cfg, residuals, depths, steps: int, warmup: int) -> dict:
     m, t = p.s.mcfg, p.cfg.data.seq_len * p.cfg.train.batch_size
     med = statistics.median(p.times)
     fpt = flops.train_flops_per_token(m, p.cfg.data.seq_len)
-    runs.append({"residual": m.residual, "num_layers": m.num_layers, "compile_s": p.compile_s,
+    runs.append({"residual": m.residual, "num_layers": m.num_layers, "kernels": m.kernels, "compile_s": p.compile_s,
                  "step_s_median": med, "step_s_min": min(p.times), "tokens_per_s": t / med,
                  "flops_per_token": fpt, "achieved_flops": fpt * t / med, "mfu": fpt * t / med / pk,
                  "peak_rss_mb": p.rss, "minor_faults_per_step": statistics.median(p.faults)})
@@ -123,10 +124,10 @@ def print_table(res: dict) -> None:
   print(f"peak {res['peak_flops'] / 1e9:.1f} GFLOP/s ({res['peak_source']}, {res['device']}), "
         f"host malloc: {res['host_malloc']}")
   first = res["runs"][0]
-  print(f"{'residual':<11}{'L':>4}{'compile s':>10}{'step ms':>9}{'(min)':>8}{'x first':>8}{'tok/s':>9}"
+  print(f"{'residual':<11}{'L':>4}{'kernels':>10}{'compile s':>10}{'step ms':>9}{'(min)':>8}{'x first':>8}{'tok/s':>9}"
         f"{'MFLOP/tok':>10}{'GFLOP/s':>9}{'MFU':>7}{'RSS MB':>8}{'faults':>8}")
   for r in res["runs"]:
-    print(f"{r['residual']:<11}{r['num_layers']:>4}{r['compile_s']:>10.2f}{r['step_s_median'] * 1e3:>9.1f}"
+    print(f"{r['residual']:<11}{r['num_layers']:>4}{r['kernels']:>10}{r['compile_s']:>10.2f}{r['step_s_median'] * 1e3:>9.1f}"
           f"{r['step_s_min'] * 1e3:>8.1f}{r['step_s_median'] / first['step_s_median']:>8.2f}"
           f"{r['tokens_per_s']:>9.0f}{r['flops_per_token'] / 1e6:>10.2f}{r['achieved_flops'] / 1e9:>9.2f}"
           f"{r['mfu'] * 100:>6.1f}%{r['peak_rss_mb']:>8.0f}{r['minor_faults_per_step']:>8.0f}")
@@ -144,7 +145,9 @@ def main(argv):
     depths = [int(d) for d in (FLAGS.depths or [cfg.model.num_layers])]
   except ValueError:
     raise InputError(f"--depths={','.join(FLAGS.depths)} must be integers") from None
-  res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup)
+  for k in FLAGS.kernels or []:
+    check(k in configlib.CHOICES["model.kernels"], f"--kernels: {k!r} is unknown; known: auto, xla_cpu, reference")
+  res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels)
   print_table(res)
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
