@@ -92,6 +92,12 @@ def main_eval(argv) -> int:
   flags.DEFINE_integer("eval_batches", None, "Validation batches (default: the config's data.eval_batches).")
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
+  flags.DEFINE_string("generate", None, "Sample continuations of this prompt from --workdir's checkpoint.")
+  flags.DEFINE_integer("max_new_tokens", 32, "--generate: tokens to sample per continuation.")
+  flags.DEFINE_float("temperature", 0.0, "--generate: softmax temperature (0: greedy, deterministic).")
+  flags.DEFINE_integer("top_k", 0, "--generate: sample among the k likeliest bytes (0: all).")
+  flags.DEFINE_integer("seed", 0, "--generate: sampling seed.")
+  flags.DEFINE_integer("num_samples", 1, "--generate: continuations of the prompt.")
   parse(argv)
   startup.start()
   if FLAGS.sweep:
@@ -107,4 +113,7 @@ def main_eval(argv) -> int:
     return evaluate.eval_init(load_config(), FLAGS.outdir, FLAGS.eval_batches)
   if not FLAGS.workdir:
     raise InputError("give --workdir=DIR (a training run), or --config=... --init --outdir=OUT")
+  if FLAGS.generate is not None:
+    return evaluate.generate_workdir(FLAGS.workdir, FLAGS.step, FLAGS.generate, FLAGS.max_new_tokens,
+                                     FLAGS.temperature, FLAGS.top_k, FLAGS.seed, FLAGS.num_samples)
   return evaluate.eval_workdir(FLAGS.workdir, FLAGS.step, FLAGS.eval_batches, FLAGS.all_steps)

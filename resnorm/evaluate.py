@@ -3,7 +3,7 @@ import os
 
 import jax
 
-from resnorm import ckpt, configlib, data, diagnostics, progress, runtime, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, generate, progress, runtime, step as step_lib, workdir as wd
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
@@ -35,24 +35,61 @@ def eval_init(cfg, outdir: str, eval_batches=None) -> int:
   return 0
 
 
-def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: bool = False) -> int:
+def _checkpoints(workdir: str, step: int | None):
+  """(read-only checkpointer, its steps, the step asked for or the newest)."""
   ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
   check(os.path.isdir(ckpt_dir), f"--workdir={workdir!r} has no checkpoints/ directory")
   checkpointer = ckpt.Checkpointer(ckpt_dir, read_only=True)
   steps = checkpointer.steps()
   check(steps, f"--workdir={workdir!r} has no checkpoint")
-  if not all_steps:
-    step = steps[-1] if step is None else step
-    check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
+  step = steps[-1] if step is None else step
+  check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
+  return checkpointer, steps, step
+
+
+def _restore(workdir: str, checkpointer, k: int):
+  """The checkpoint's own config (never the caller's), its runtime, and its state."""
+  stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
+  cfg = configlib.from_json(stored)
+  s = runtime.build(cfg)
+  state, _ = checkpointer.restore(k, s.abstract)
+  return cfg, s, state
+
+
+def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, seed, num_samples) -> int:
+  """eval.py --generate: samples printed and appended to DIR/eval/samples_step_K.jsonl with their settings."""
+  check(temperature >= 0, f"--temperature={temperature} must be >= 0")
+  check(top_k >= 0, f"--top_k={top_k} must be >= 0")
+  check(num_samples >= 1, f"--num_samples={num_samples} must be >= 1")
+  checkpointer, _, step = _checkpoints(workdir, step)
+  cfg = configlib.from_json(checkpointer.config(step) or wd.read_json(os.path.join(workdir, "config.json"),
+                                                                      "workdir config"))
+  tokens = generate.encode(prompt)
+  generate.check_lengths(cfg, len(tokens), max_new_tokens)
+  cfg, s, state = _restore(workdir, checkpointer, step)
+  samples = generate.generate(s.mcfg, state["params"], tokens, max_new_tokens, temperature, top_k, seed, num_samples)
+  if jax.process_index() != 0:
+    return 0
+  settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k, "seed": seed}
+  os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
+  log = wd.JsonlLog(os.path.join(workdir, "eval", f"samples_step_{step}.jsonl"), keep_all=True)
+  for i, toks in enumerate(samples):
+    text = generate.decode_bytes(toks)
+    print(f"--- sample {i} (step {step}) ---\n{prompt}{text}", flush=True)
+    log.write({"step": step, "prompt": prompt, "sample": text, "tokens": [int(t) for t in toks], "index": i,
+               **settings})
+  log.close()
+  return 0
+
+
+def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: bool = False) -> int:
+  checkpointer, steps, step = _checkpoints(workdir, step)
   outdir = os.path.join(workdir, "eval")
   results = []
   todo = steps if all_steps else [step]
   bar = progress.Progress(len(todo), desc="eval", enabled=None if len(todo) > 1 else False)
   for k in todo:
-    stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
-    cfg = configlib.from_json(stored)  # the checkpoint's own config, never the caller's
-    s = runtime.build(cfg)
-    state, _ = checkpointer.restore(k, s.abstract)
+    cfg, s, state = _restore(workdir, checkpointer, k)
     results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
     _write(outdir, f"step_{k}.json", results[-1], bar.write)
     bar.advance()

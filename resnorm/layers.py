@@ -53,12 +53,12 @@ def embed_init(cfg) -> Callable:
   return nn.initializers.normal(1.0 if cfg.init == "xavier" else 0.02)
 
 
-def rope(x_BTHK: Array, base: float) -> Array:
+def rope(x_BTHK: Array, base: float, pos_T: Array) -> Array:
   """Rotary position embedding (Su et al. 2021, RoFormer), rotate-half form: dimension i of the first half pairs
-  with dimension i of the second, rotated by angle t / base^(2i/K). Computed in float32."""
-  t, k = x_BTHK.shape[1], x_BTHK.shape[-1]
+  with dimension i of the second, rotated by angle t / base^(2i/K), t the token's absolute position. In float32."""
+  k = x_BTHK.shape[-1]
   inv = 1.0 / (base ** (jnp.arange(0, k, 2, dtype=jnp.float32) / k))
-  ang_TK = jnp.arange(t, dtype=jnp.float32)[:, None] * inv[None, :]
+  ang_TK = pos_T.astype(jnp.float32)[:, None] * inv[None, :]
   cos, sin = jnp.cos(ang_TK)[None, :, None, :], jnp.sin(ang_TK)[None, :, None, :]
   x = x_BTHK.astype(jnp.float32)
   x1, x2 = x[..., : k // 2], x[..., k // 2:]
@@ -74,14 +74,26 @@ def base_param(mod: nn.Module, name: str, init: Callable, shape, axes, key: Arra
   return mod.param(name, nn.with_logical_partitioning(init_fn, axes), shape)
 
 
+def cached_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, pos_T: Array) -> Array:
+  """softmax(q k^T / sqrt(K)) v against a KV cache of S slots: query t (at position pos_T[t]) sees the slots
+  0..pos_T[t]; later slots are masked. Softmax in float32."""
+  scale = q_BTHK.shape[-1] ** -0.5
+  scores = jnp.einsum("bthk,bshk->bhts", q_BTHK, k_BSHK, preferred_element_type=jnp.float32) * scale
+  visible_TS = jnp.arange(k_BSHK.shape[1])[None, :] <= pos_T[:, None]
+  p = jax.nn.softmax(jnp.where(visible_TS[None, None], scores, jnp.finfo(jnp.float32).min), axis=-1)
+  return jnp.einsum("bhts,bshk->bthk", p.astype(v_BSHK.dtype), v_BSHK)
+
+
 class Attention(nn.Module):
   """Causal multi-head self-attention with RoPE. q, k, v, o are [D, H, K]-shaped params (logical axes for
-  sharding, each keyed by name for the paired init)."""
+  sharding, each keyed by name for the paired init). With `cache_len`, keys and values go to a `cache` of that many
+  positions and queries attend to it (decoding)."""
   cfg: Any
   scales: Any = None  # {"q"|"k"|"v"|"o": factor}, a variant's init rescale
+  cache_len: int = 0
 
   @nn.compact
-  def __call__(self, x_BTD: Array, key: Array) -> Array:
+  def __call__(self, x_BTD: Array, key: Array, pos_T: Array) -> Array:
     cfg, dt, kern = self.cfg, compute_dtype(self.cfg), kernels.get(self.cfg.kernels)
     b, t, d = x_BTD.shape
     h = cfg.num_heads
@@ -94,8 +106,15 @@ class Attention(nn.Module):
 
     q, kk, v = project("q"), project("k"), project("v")
     if cfg.pos == "rope":
-      q, kk = rope(q, cfg.rope_base), rope(kk, cfg.rope_base)
-    o_BTHK = kern.attention(q, kk, v)
+      q, kk = rope(q, cfg.rope_base, pos_T), rope(kk, cfg.rope_base, pos_T)
+    if self.cache_len:
+      shape = (b, self.cache_len, h, k)
+      ck, cv = (self.variable("cache", name, jnp.zeros, shape, dt) for name in ("k", "v"))
+      ck.value = jax.lax.dynamic_update_slice(ck.value, kk.astype(dt), (0, pos_T[0], 0, 0))
+      cv.value = jax.lax.dynamic_update_slice(cv.value, v.astype(dt), (0, pos_T[0], 0, 0))
+      o_BTHK = cached_attention(q, ck.value, cv.value, pos_T)
+    else:
+      o_BTHK = kern.attention(q, kk, v)
     wo = base_param(self, "o", matrix_init(cfg, d, d, residual_out=True), (h, k, d), ("heads", "kv", "embed"),
                     key, sc.get("o", 1.0))
     return kern.project(o_BTHK.reshape(b, t, h * k), wo.reshape(h * k, d).astype(dt))

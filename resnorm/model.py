@@ -24,22 +24,25 @@ REMAT_POLICIES = {
 
 
 class Block(nn.Module):
-  """One Transformer block: the variant's sublayer piece wraps attention, then the MLP."""
+  """One Transformer block: the variant's sublayer piece wraps attention, then the MLP. `pos_T` holds the tokens'
+  absolute positions; with `cache_len` attention keeps a KV cache (decoding)."""
   cfg: Any
   sublayer: Any
   scales: Any
   collect: bool = False
+  cache_len: int = 0
 
   @nn.compact
-  def __call__(self, state, layer, key):
+  def __call__(self, state, layer, key, pos_T):
     cfg = self.cfg
     key = jax.random.fold_in(key, layer)
     taps = []
     # A variant whose params are per block (ReZero with one shared gate) wraps both sublayers with one instance.
     shared = self.sublayer(cfg, name="block_res") if residual.get(cfg.residual).block_shared(cfg) else None
-    for j, (kind, cls) in enumerate((("attn", Attention), ("mlp", MLP))):
-      f = cls(cfg, self.scales, name=kind)
-      branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")), key)
+    attn = Attention(cfg, self.scales, self.cache_len, name="attn")
+    for j, (kind, f) in enumerate((("attn", lambda h: attn(h, key, pos_T)),
+                                   ("mlp", lambda h, m=MLP(cfg, self.scales, name="mlp"): m(h, key)))):
+      branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")))
       res = shared or self.sublayer(cfg, name=f"{kind}_res")
       state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
       taps.append(t)
@@ -53,17 +56,22 @@ def _state_axes(state):
   return ("batch", "seq", "act_embed") if state.ndim == 3 else ("batch", "seq", "streams", "act_embed")
 
 
-def _block_class(cfg):
-  if cfg.remat == "none":
+def _block_class(cfg, decode: bool):
+  if cfg.remat == "none" or decode:
     return Block
   return nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
 
 
 class LM(nn.Module):
   """Causal LM over bytes. Returns (logits_BTV float32, taps); taps is None unless `collect`, else a dict of
-  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.residual.base)."""
+  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.residual.base).
+
+  Decoding (`cache_len` > 0): a `cache` collection holds the next position and every attention layer's keys and
+  values (stacked on the `layers` axis under nn.scan, like the params). Each call appends its T tokens at the cached
+  position, so a prefill of the prompt followed by one-token calls computes what the full forward computes."""
   cfg: Any
   collect: bool = False
+  cache_len: int = 0
 
   @nn.compact
   def __call__(self, tokens_BT):
@@ -72,25 +80,32 @@ class LM(nn.Module):
     key = self.make_rng("params") if self.is_initializing() else jax.random.key(0)
     emb_VD = base_param(self, "embed", embed_init(cfg), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), key)
     x_BTD = jnp.take(emb_VD, tokens_BT, axis=0).astype(dt)
+    pos_T = jnp.arange(tokens_BT.shape[1], dtype=jnp.int32)
+    if self.cache_len:
+      index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      pos_T = pos_T + index.value
+      index.value = index.value + tokens_BT.shape[1]
     if cfg.pos == "learned":
       pos = base_param(self, "pos_embed", nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model),
                        (None, "embed"), key)
-      x_BTD = x_BTD + pos[None, : tokens_BT.shape[1]].astype(dt)
+      x_BTD = x_BTD + jnp.take(pos, pos_T, axis=0)[None].astype(dt)
     n = variant.streams(cfg)
     state = jnp.repeat(x_BTD[:, :, None, :], n, axis=2) if n else x_BTD
-    block, scales = _block_class(cfg), variant.init_scales(cfg)
+    block, scales = _block_class(cfg, self.cache_len > 0), variant.init_scales(cfg)
     all_taps, offset = [], 0
     for name, length, sublayer in variant.layer_segments(cfg):
       layers = jnp.arange(offset, offset + length, dtype=jnp.int32)
       if cfg.scan_layers:
-        stack = nn.scan(block, variable_axes={"params": 0}, split_rngs={"params": True},
-                        in_axes=(0, nn.broadcast), length=length,
+        stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast, nn.broadcast), length=length,
                         metadata_params={nn.PARTITION_NAME: "layers"})
-        state, taps = stack(cfg, sublayer, scales, self.collect, name=name)(state, layers, key)
+        state, taps = stack(cfg, sublayer, scales, self.collect, self.cache_len, name=name)(state, layers, key,
+                                                                                              pos_T)
       else:
         per_layer = []
         for i in range(length):
-          state, t = block(cfg, sublayer, scales, self.collect, name=f"{name}_{i}")(state, layers[i], key)
+          state, t = block(cfg, sublayer, scales, self.collect, self.cache_len, name=f"{name}_{i}")(
+              state, layers[i], key, pos_T)
           per_layer.append(t)
         taps = jax.tree.map(lambda *a: jnp.stack(a), *per_layer) if self.collect else None
       all_taps.append(taps)

@@ -44,9 +44,9 @@ def read_json(path: str, what: str):
 class JsonlLog:
   """Append-only JSON lines with a `step` field."""
 
-  def __init__(self, path: str, resume_step: int | None = None):
+  def __init__(self, path: str, resume_step: int | None = None, keep_all: bool = False):
     self.path = path
-    if os.path.exists(path):
+    if os.path.exists(path) and not keep_all:  # keep_all: a log of records, not of training steps
       self._truncate(resume_step or 0)
     self.f = open(path, "a")
 

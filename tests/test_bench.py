@@ -22,3 +22,13 @@ def test_bench_grid_json(tmp_path):
     assert x["step_s_min"] <= x["step_s_median"] and 0 < x["mfu"] < 1 and x["compile_s"] > 0
     assert abs(x["achieved_flops"] - x["flops_per_token"] * 32 / x["step_s_median"]) < 1e-6 * x["achieved_flops"]
   assert "x first" in r.stdout
+
+
+def test_bench_decode_mode(tmp_path):
+  out = tmp_path / "d.json"
+  r = subprocess.run([sys.executable, "-m", "resnorm.bench", "--config=configs/tiny.py:hc", "--decode",
+                      f"--json={out}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  row = json.load(open(out))["decode"][0]
+  assert row["residual"] == "hc" and row["cache_len"] >= 512
+  assert all(row[k] > 0 for k in ("prefill_32_s", "token_at_32_s", "prefill_512_s", "token_at_512_s"))

@@ -46,6 +46,15 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   assert out["residual"] == "mhc" and out["num_layers"] == 2 and out["step"] == 2
   assert out["eval_loss"] > 0 and out["bits_per_byte"] == pytest.approx(out["eval_loss"] / 0.6931471805599453)
   assert len(out["sublayers"]) == 4 and out["sublayers"][0]["gain_forward"] == pytest.approx(1.0, abs=1e-3)
+  # generation from the checkpoint: printed, appended with its settings; an over-long prompt is refused
+  r = run("eval.py", f"--workdir={wd}", "--generate=def ", "--max_new_tokens=5", "--num_samples=2")
+  assert r.returncode == 0 and r.stdout.count("--- sample") == 2, r.stderr[-2000:]
+  rows = [json.loads(l) for l in open(os.path.join(wd, "eval", "samples_step_4.jsonl"))]
+  assert [(x["prompt"], x["index"], x["temperature"], x["max_new_tokens"]) for x in rows] == [
+      ("def ", 0, 0.0, 5), ("def ", 1, 0.0, 5)]
+  assert rows[0]["tokens"] == rows[1]["tokens"] and len(rows[0]["tokens"]) <= 5  # greedy: both the same
+  r = run("eval.py", f"--workdir={wd}", "--generate=" + "x" * 16)
+  assert r.returncode == 2 and "longer than the model's context of 16" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_eval_init_writes_diagnostics(tmp_path, text_corpus):

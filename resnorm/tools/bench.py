@@ -26,6 +26,7 @@ flags.DEFINE_list("residuals", None, "Variants to compare (default: the config's
 flags.DEFINE_list("depths", None, "Depths to compare (default: the config's).")
 flags.DEFINE_list("kernels", None, "model.kernels sets to compare, e.g. xla_cpu,reference (default: the config's).")
 flags.DEFINE_integer("steps", 20, "Timed steps per point.")
+flags.DEFINE_bool("decode", False, "Time decoding instead: prefill, and per-token time at positions 32 and 512.")
 flags.DEFINE_integer("warmup", 2, "Untimed steps per point after compilation.")
 flags.DEFINE_string("json", None, "Write the results here.")
 
@@ -147,8 +148,19 @@ def main(argv):
     raise InputError(f"--depths={','.join(FLAGS.depths)} must be integers") from None
   for k in FLAGS.kernels or []:
     check(k in configlib.CHOICES["model.kernels"], f"--kernels: {k!r} is unknown; known: auto, xla_cpu, reference")
-  res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels)
-  print_table(res)
+  if FLAGS.decode:
+    from resnorm.tools import bench_decode
+    rows = []
+    for r in residuals:
+      for d in depths:
+        c = cfg.copy_and_resolve_references()
+        c.model.residual, c.model.num_layers = r, d
+        rows.append(bench_decode.decode_point(c))
+    res = {"device": jax.devices()[0].device_kind, "decode": rows}
+    bench_decode.print_decode(rows)
+  else:
+    res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels)
+    print_table(res)
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
       json.dump(res, f, indent=1)
