@@ -1,22 +1,52 @@
 # Two commands do everything on a fresh machine: `make train` and `make test`.
+# They install the package with the exact CPU lock as constraints: .venv from requirements/lock-py3.11.txt, with
+# $(PYTHON). `make test PY=3.12` (any target, any PY with a requirements/lock-pyPY.txt) uses its own .venv-pyPY,
+# made by pythonPY found on PATH or else under $(pyenv root)/versions/PY*/bin/; it fails when there is none.
 PYTHON ?= python3
-VENV := .venv
+PY ?=
+ifeq ($(PY),)
+VENV ?= .venv
+LOCK := requirements/lock-py3.11.txt
+else
+VENV ?= .venv-py$(PY)
+LOCK := requirements/lock-py$(PY).txt
+endif
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+
+# The first of pythonPY on PATH and $(pyenv root)/versions/PY*/bin/pythonPY (newest first) that runs and is PY
+# (a pyenv shim on PATH is there but fails when another version is selected).
+FIND_PYTHON = for p in $$(command -v python$(PY)) \
+    $$(ls -d "$$(pyenv root 2>/dev/null || echo '$$(pyenv root)')"/versions/$(PY)*/bin/python$(PY) 2>/dev/null | sort -rV); do \
+  "$$p" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(PY)".split("."))))' 2>/dev/null \
+    && { echo "$$p"; break; }; done
 
 .PHONY: train test install clean results
 
 install: $(STAMP)
 
-$(STAMP): requirements.txt
+$(LOCK):
+	@echo "no lock for Python $(PY): $(LOCK) does not exist" >&2; exit 1
+
+$(STAMP): $(LOCK) pyproject.toml
+ifeq ($(PY),)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -r requirements.txt
+else
+	@py=$$($(FIND_PYTHON)); \
+	if [ -z "$$py" ]; then \
+	  echo "Python $(PY) not found: looked for python$(PY) on PATH and $$(pyenv root 2>/dev/null || echo '$$(pyenv root)')/versions/$(PY)*/bin/python$(PY)" >&2; \
+	  exit 1; \
+	fi; \
+	echo "$$py -m venv $(VENV)"; "$$py" -m venv $(VENV)
+endif
+	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
 	touch $(STAMP)
 
 train: $(STAMP)
 	$(BIN)/python train.py --config=configs/post_norm_96l.py --workdir=runs/post_norm_96l
 
 test: $(STAMP)
+	@$(BIN)/python -c 'import sys, jax, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__)'
 	$(BIN)/python -m pytest -q -n 2 tests
 
 clean:

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 if [[ "${1:-}" == "--fetch" ]]; then
   grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-  version=$(sed -n 's/^ml_collections==//p' requirements.txt)
+  version=$(sed -n 's/^ml_collections==//p' requirements/lock-py3.12.txt)
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     -d .whl "ml_collections==${version}"
   ls .whl
