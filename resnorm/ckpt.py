@@ -42,7 +42,12 @@ class Checkpointer:
     self.mngr.save(step, args=ocp.args.Composite(**args), custom_metadata={"config": config}, force=True)
 
   def config(self, step: int) -> dict | None:
-    meta = self.mngr.metadata(step)
+    """The config stored with a step, or None when its metadata cannot be read (a truncated checkpoint, which
+    restore_latest will then skip)."""
+    try:
+      meta = self.mngr.metadata(step)
+    except Exception:  # noqa: BLE001: an unreadable checkpoint has no config to check against
+      return None
     custom = getattr(meta, "custom_metadata", None) or {}
     return custom.get("config")
 
