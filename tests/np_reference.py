@@ -102,23 +102,32 @@ def rope_rotations(t, k, base):
   return r
 
 
-def attention(x, p, cfg):
-  """Causal softmax attention (Vaswani et al. 2017): softmax(q k^T / sqrt(K) + mask) v, then W_o; RoPE on q and k."""
+def attention(x, p, cfg, qkv=None):
+  """Causal softmax attention (Vaswani et al. 2017): softmax(q k^T / sqrt(K) + mask) v, then W_o; RoPE on q and k.
+  `qkv(q, k, v, rope) -> (q, k, v, score scale)`: a variant's own treatment of the projections (HybridNorm's QKV
+  norms, nGPT's normalized q and k; tests/np_reference_placements.py) in place of RoPE and 1/sqrt(K)."""
   q, k, v = (np.einsum("btd,dhk->bthk", x, p[name]) for name in ("q", "k", "v"))
   t, kd = x.shape[1], q.shape[-1]
+  rot = lambda z: z
   if cfg["pos"] == "rope":
     r = rope_rotations(t, kd, float(cfg["rope_base"]))
-    q, k = np.einsum("tij,bthj->bthi", r, q), np.einsum("tij,bthj->bthi", r, k)
-  s = np.einsum("bthk,bshk->bhts", q, k) / math.sqrt(kd)
+    rot = lambda z: np.einsum("tij,bthj->bthi", r, z)
+  if qkv is None:
+    q, k, scale = rot(q), rot(k), 1.0 / math.sqrt(kd)
+  else:
+    q, k, v, scale = qkv(q, k, v, rot)
+  s = np.einsum("bthk,bshk->bhts", q, k) * scale
   s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)  # key s visible from query t iff s <= t
   w = np.exp(s - s.max(-1, keepdims=True))
   w = w / w.sum(-1, keepdims=True)
   return np.einsum("bhts,bshk,hkd->btd", w, v, p["o"])
 
 
-def mlp(x, p, cfg=None):
-  """GELU MLP without biases, GELU in its tanh approximation (Hendrycks & Gimpel 2016)."""
+def mlp(x, p, cfg=None, hidden=None):
+  """GELU MLP without biases, GELU in its tanh approximation (Hendrycks & Gimpel 2016). `hidden`: a variant's
+  scaling of x W_i before the GELU (nGPT's s_v)."""
   h = x @ p["wi"]
+  h = hidden(h) if hidden is not None else h
   return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h ** 3))) @ p["wo"]
 
 
@@ -244,6 +253,10 @@ VARIANTS = {
     "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),
     "mhc": (mhc, lambda cfg: cfg["mhc"]["n"], True, True, None),
 }
+# Placements whose state, hooks or head do not fit the table above: their whole forward pass is in
+# tests/np_reference_placements.py (built on the layers here).
+PLACEMENTS = ("admin", "resi_dual", "hybrid_norm", "denseformer", "ngpt", "mhc_lite")
+VARIANTS.update(dict.fromkeys(PLACEMENTS))
 NAMES = frozenset(VARIANTS) | frozenset(ALIASES)
 
 
@@ -265,6 +278,9 @@ def forward(params, cfg, tokens):
   name = canonical(cfg["residual"])
   if name not in VARIANTS:
     raise KeyError(f"no reference for residual {name!r}")
+  if name in PLACEMENTS:
+    import np_reference_placements
+    return np_reference_placements.forward(params, cfg, tokens)
   sub, streams, final, block_norms, segments = VARIANTS[name]
   used = set()
   p = _View(params, used)
