@@ -59,8 +59,8 @@ def test_ngpt_weights_stay_unit_norm_after_a_step():
   grads = jax.tree.unflatten(tree, [jax.random.normal(k, s.shape) for k, s in zip(keys[len(leaves):], leaves)])
   tx, plain = optim.make(cfg), optim.make(tiny_config("pre_norm", 2, **{"train.lr": 0.1, "train.warmup_steps": 0,
                                                                         "train.weight_decay": 0.0}))
-  new = optax.apply_updates(params, tx.update(grads, tx.init(params), params)[0])
-  adam = optax.apply_updates(params, plain.update(grads, plain.init(params), params)[0])
+  step = lambda t: jax.jit(lambda p, g: optax.apply_updates(p, t.update(g, t.init(p), p)[0]))(params, grads)
+  new, adam = step(tx), step(plain)
   axes = dict(UNIT_NORM)
   flat_new, flat_adam = (flax.traverse_util.flatten_dict(t) for t in (new, adam))
   assert {k[-1] for k in flat_new} >= set(axes) | {"alpha", "s_qk", "s_v", "s_z"}

@@ -30,8 +30,8 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
   params after `LM.init` (Admin's profiling pass, nGPT's unit-norm weights); a pure function of its inputs.
   `layers` is resnorm.layers, passed in because config validation imports this registry, which must not import
   the model.
-- `unit_norm`: {weight name: axis}: weights kept at unit norm along that axis (negative, so stacked and unstacked
-  layouts agree) by an optimizer transform after every step (nGPT; `resnorm.optim`).
+- `unit_norm`: ((weight name, axis), ...): weights kept at unit L2 norm along that axis (negative, so stacked and
+  per-layer layouts agree) by an optimizer transform after every step (nGPT; `resnorm.optim.unit_norm`).
 - `init_scales(cfg)`: factors on base initializers by weight name (DeepNorm's beta); the random draws are the same.
 - `decay`: names of the variant's own params that get weight decay (all others are exempt).
 - `extra_params(cfg)`, `extra_flops(cfg)`: the variant's own parameters (whole model) and forward FLOPs per token.
