@@ -57,6 +57,24 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.rezero = ml_collections.ConfigDict()
   m.rezero.alpha_init = 0.0         # ReZero gate init (paper: 0)
   m.rezero.share_gate = False       # one gate per block for both sublayers (official code) instead of per sublayer
+  m.admin = ml_collections.ConfigDict()
+  m.admin.profile_batch = 8         # Admin: sequences of random bytes (from the seed) in the omega profiling pass
+  m.hybrid_norm = ml_collections.ConfigDict()
+  m.hybrid_norm.first_pre_norm = False  # HybridNorm*: the first block is Pre-Norm (attention and FFN)
+  m.denseformer = ml_collections.ConfigDict()
+  m.denseformer.dilation = 1        # DenseFormer k: the DWA after block i reads the outputs X_j with j = i mod k
+  m.denseformer.period = 1          # DenseFormer p: a DWA only after every p-th block
+  m.ngpt = ml_collections.ConfigDict()
+  m.ngpt.alpha_init = 0.05          # nGPT eigen learning rates alpha_A, alpha_M at init (stored at scale 1/sqrt(D))
+  m.ngpt.s_qk_init = 1.0            # nGPT q/k scale s_qk at init
+  m.ngpt.s_v_init = 1.0             # nGPT MLP hidden scale s_v at init (times sqrt(D))
+  m.ngpt.s_z_init = 1.0             # nGPT logit scale s_z at init
+  m.mhc_lite = ml_collections.ConfigDict()
+  m.mhc_lite.n = 4                  # mHC-lite expansion rate (H_res over the n! permutation matrices; 1..5)
+  m.mhc_lite.alpha_init = 0.01      # init of the gates a_pre, a_post, a_res
+  m.mhc_lite.eps = 1e-20            # eps of the RMSNorm over the flattened streams
+  m.mhc_lite.res_logit = 8.0        # b_res: 0 on the identity permutation, -res_logit on the others (I: 0.992)
+  m.mhc_lite.pre_logit = 4.0        # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
 
   d = c.data = ml_collections.ConfigDict()
   d.name = "pystdlib"               # pystdlib (offline default) | text_files | any TFDS text dataset (e.g. lm1b)
@@ -88,6 +106,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   t.ckpt_every = 50                 # steps between checkpoints (and one at the end)
   t.skip_nonfinite = False          # skip a non-finite update instead of stopping as diverged
   t.max_skipped = 10                # with skip_nonfinite: stop after this many skipped steps in a row
+  t.init_from = ""                  # WORKDIR[:STEP]: start from another run's params (same function; fresh optimizer)
 
   c.ckpt = ml_collections.ConfigDict()
   c.ckpt.keep = 2                   # checkpoints kept (the newest)

@@ -3,6 +3,7 @@
 Imports only the variant registry (for each variant's own checks), never the model, the optimizer or the step.
 """
 import json
+import re
 
 import ml_collections
 
@@ -35,6 +36,20 @@ def _get(cfg, dotted):
   return cfg
 
 
+def split_init_from(spec: str) -> tuple[str, int | None]:
+  """`train.init_from` = WORKDIR[:STEP] -> (WORKDIR, STEP or None). Format only; resnorm.upcycle reads the run.
+  A last ':' part of digits is the step (a workdir such as gs://bucket/run keeps its colons)."""
+  where = f"train.init_from={spec!r}"
+  check(isinstance(spec, str), f"{where} must be a string WORKDIR[:STEP]")
+  head, sep, tail = spec.rpartition(":")
+  if sep and tail.isdigit():
+    check(head != "", f"{where} names no workdir; expected WORKDIR[:STEP]")
+    return head, int(tail)
+  check(not sep or not re.fullmatch(r"[-+]?[0-9.]*", tail),
+        f"{where}: STEP must be a non-negative integer; expected WORKDIR[:STEP]")
+  return spec, None
+
+
 def validate(cfg) -> None:
   for field, allowed in CHOICES.items():
     val = _get(cfg, field)
@@ -62,6 +77,8 @@ def validate(cfg) -> None:
     check(t[k] >= 1, f"train.{k}={t[k]} must be >= 1")
   check(t.diag_every >= 0, f"train.diag_every={t.diag_every} must be >= 0 (0 = off)")
   check(cfg.ckpt.keep >= 1, f"ckpt.keep={cfg.ckpt.keep} must be >= 1")
+  if t.get("init_from"):  # absent from configs stored before it existed
+    split_init_from(t.init_from)
   variant.check(m)
 
 

@@ -87,10 +87,12 @@ def cached_attention(q_BTHK: Array, k_BSHK: Array, v_BSHK: Array, pos_T: Array) 
 class Attention(nn.Module):
   """Causal multi-head self-attention with RoPE. q, k, v, o are [D, H, K]-shaped params (logical axes for
   sharding, each keyed by name for the paired init). With `cache_len`, keys and values go to a `cache` of that many
-  positions and queries attend to it (decoding)."""
+  positions and queries attend to it (decoding). `qkv`: a variant's hook on the projected q, k, v (module class,
+  `(q, k, v, rope) -> (q, k, v)`, see resnorm.residual.base); without it, RoPE is applied to q and k."""
   cfg: Any
   scales: Any = None  # {"q"|"k"|"v"|"o": factor}, a variant's init rescale
   cache_len: int = 0
+  qkv: Any = None
 
   @nn.compact
   def __call__(self, x_BTD: Array, key: Array, pos_T: Array) -> Array:
@@ -105,8 +107,11 @@ class Attention(nn.Module):
       return kern.project(x_BTD, w.reshape(d, h * k).astype(dt)).reshape(b, t, h, k)
 
     q, kk, v = project("q"), project("k"), project("v")
-    if cfg.pos == "rope":
-      q, kk = rope(q, cfg.rope_base, pos_T), rope(kk, cfg.rope_base, pos_T)
+    rotate = (lambda x: rope(x, cfg.rope_base, pos_T)) if cfg.pos == "rope" else (lambda x: x)
+    if self.qkv is None:
+      q, kk = rotate(q), rotate(kk)
+    else:
+      q, kk, v = self.qkv(cfg, name="qkv")(q, kk, v, rotate)
     if self.cache_len:
       shape = (b, self.cache_len, h, k)
       ck, cv = (self.variable("cache", name, jnp.zeros, shape, dt) for name in ("k", "v"))
@@ -121,9 +126,11 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-  """Two-layer GELU MLP (tanh approximation), no biases."""
+  """Two-layer GELU MLP (tanh approximation), no biases. `hidden`: a variant's hook on the hidden pre-activation
+  [B,T,F] (module class; nGPT's s_v)."""
   cfg: Any
   scales: Any = None
+  hidden: Any = None
 
   @nn.compact
   def __call__(self, x_BTD: Array, key: Array) -> Array:
@@ -133,5 +140,8 @@ class MLP(nn.Module):
     wi = base_param(self, "wi", matrix_init(cfg, d, f), (d, f), ("embed", "mlp"), key, sc.get("wi", 1.0))
     wo = base_param(self, "wo", matrix_init(cfg, f, d, residual_out=True), (f, d), ("mlp", "embed"), key,
                     sc.get("wo", 1.0))
-    h_BTF = nn.with_logical_constraint(kern.gelu(kern.project(x_BTD, wi.astype(dt))), ("batch", "seq", "act_mlp"))
+    pre_BTF = kern.project(x_BTD, wi.astype(dt))
+    if self.hidden is not None:
+      pre_BTF = self.hidden(cfg, name="hidden")(pre_BTF)
+    h_BTF = nn.with_logical_constraint(kern.gelu(pre_BTF), ("batch", "seq", "act_mlp"))
     return kern.project(h_BTF, wo.astype(dt))

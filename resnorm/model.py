@@ -35,17 +35,21 @@ class Block(nn.Module):
   @nn.compact
   def __call__(self, state, layer, key, pos_T):
     cfg = self.cfg
+    variant = residual.get(cfg.residual)
     key = jax.random.fold_in(key, layer)
     taps = []
+    classes = residual.sublayer_classes(self.sublayer)
     # A variant whose params are per block (ReZero with one shared gate) wraps both sublayers with one instance.
-    shared = self.sublayer(cfg, name="block_res") if residual.get(cfg.residual).block_shared(cfg) else None
-    attn = Attention(cfg, self.scales, self.cache_len, name="attn")
-    for j, (kind, f) in enumerate((("attn", lambda h: attn(h, key, pos_T)),
-                                   ("mlp", lambda h, m=MLP(cfg, self.scales, name="mlp"): m(h, key)))):
+    shared = classes[0](cfg, name="block_res") if variant.block_shared(cfg) else None
+    attn = Attention(cfg, self.scales, self.cache_len, getattr(classes[0], "attn_qkv", None), name="attn")
+    mlp = MLP(cfg, self.scales, getattr(classes[1], "mlp_hidden", None), name="mlp")
+    for j, (kind, f) in enumerate((("attn", lambda h: attn(h, key, pos_T)), ("mlp", lambda h: mlp(h, key)))):
       branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")))
-      res = shared or self.sublayer(cfg, name=f"{kind}_res")
+      res = shared or classes[j](cfg, name=f"{kind}_res")
       state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
       taps.append(t)
+    if variant.after_block is not None:
+      state = variant.after_block(cfg, name="after_block")(state, layer)
     state = nn.with_logical_constraint(state, _state_axes(state))
     if not self.collect:
       return state, None
@@ -90,7 +94,10 @@ class LM(nn.Module):
                        (None, "embed"), key)
       x_BTD = x_BTD + jnp.take(pos, pos_T, axis=0)[None].astype(dt)
     n = variant.streams(cfg)
-    state = jnp.repeat(x_BTD[:, :, None, :], n, axis=2) if n else x_BTD
+    if variant.start is not None:
+      state = variant.start(cfg, x_BTD)
+    else:
+      state = jnp.repeat(x_BTD[:, :, None, :], n, axis=2) if n else x_BTD
     block, scales = _block_class(cfg, self.cache_len > 0), variant.init_scales(cfg)
     all_taps, offset = [], 0
     for name, length, sublayer in variant.layer_segments(cfg):
@@ -110,7 +117,10 @@ class LM(nn.Module):
         taps = jax.tree.map(lambda *a: jnp.stack(a), *per_layer) if self.collect else None
       all_taps.append(taps)
       offset += length
-    y_BTD = jnp.sum(state, axis=2) if n else state
+    if variant.finish is not None:
+      y_BTD = variant.finish(cfg, state)
+    else:
+      y_BTD = jnp.sum(state, axis=2) if n else state
     if variant.final_norm and cfg.final_norm:
       y_BTD = make_norm(cfg, "final_norm")(y_BTD)
     if cfg.tie_embed:
@@ -119,6 +129,8 @@ class LM(nn.Module):
       head = base_param(self, "head", matrix_init(cfg, cfg.d_model, cfg.vocab_size), (cfg.d_model, cfg.vocab_size),
                         ("embed", "vocab"), key)
       logits = jnp.einsum("btd,dv->btv", y_BTD, head.astype(dt))
+    if variant.logit_scale is not None:
+      logits = variant.logit_scale(cfg, name="logit_scale")(logits)
     logits = nn.with_logical_constraint(logits, ("batch", "seq", "act_vocab")).astype(jnp.float32)
     if not self.collect:
       return logits, None

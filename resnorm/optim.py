@@ -34,9 +34,21 @@ def decay_mask(params, cfg):
   return flax.traverse_util.unflatten_dict({k: k[-1] in names for k in flat})
 
 
+def unit_norm(axes: dict) -> optax.GradientTransformation:
+  """Keeps the named weights at unit L2 norm along their axis after every step (nGPT, 2410.01131: the matrices
+  are renormalized after each optimizer step): the update becomes normalize(params + update) - params."""
+  def update(updates, state, params):
+    new = residual.unit_normalize(optax.apply_updates(params, updates), axes)
+    return jax.tree.map(lambda n, p: n - p, new, params), state
+  return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+
+
 def make(cfg) -> optax.GradientTransformation:
   t = cfg.train
   parts = [optax.clip_by_global_norm(t.grad_clip)] if t.grad_clip > 0 else []
   parts.append(optax.adamw(schedule(t), b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=t.weight_decay,
                            mask=lambda p: decay_mask(p, cfg)))
+  axes = dict(residual.get(cfg.model.residual).unit_norm)
+  if axes:
+    parts.append(unit_norm(axes))
   return optax.chain(*parts)

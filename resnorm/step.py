@@ -6,11 +6,12 @@ step later.
 """
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 
-from resnorm import diagnostics, optim
+from resnorm import diagnostics, layers, optim, residual
 from resnorm.model import LM
 
 
@@ -31,10 +32,16 @@ def make_loss_fn(mcfg):
 
 
 def init_state(cfg, mcfg, tx, rng, seq_len: int):
-  """{params, opt_state, step, rng, skipped}; params are boxed with their logical axes (for shardings)."""
+  """{params, opt_state, step, rng, skipped}; params are boxed with their logical axes (for shardings). A variant's
+  `init_params` (Admin's profiling pass, nGPT's unit-norm weights) finishes the init of `LM.init`."""
   p_rng, s_rng = jax.random.split(rng)
   tokens = jnp.zeros((1, seq_len), jnp.int32)
   params = LM(mcfg).init(p_rng, tokens)["params"]
+  finish = residual.get(mcfg.residual).init_params
+  if finish is not None:
+    is_box = lambda x: isinstance(x, nn.meta.AxisMetadata)
+    new = finish(mcfg, nn.unbox(params), p_rng, seq_len, layers)
+    params = jax.tree.map(lambda old, v: old.replace_boxed(v) if is_box(old) else v, params, new, is_leaf=is_box)
   opt_state = tx.init(params)  # from the boxed params, so the moments carry the params' logical axes
   return {"params": params, "opt_state": opt_state, "step": jnp.zeros((), jnp.int32),
           "rng": jax.random.key_data(s_rng), "skipped": jnp.zeros((), jnp.int32)}

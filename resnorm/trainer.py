@@ -7,7 +7,8 @@ import time
 import jax
 import numpy as np
 
-from resnorm import ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, workdir as wd
+from resnorm import (ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, upcycle,
+                     workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -57,11 +58,13 @@ class Trainer:
     self.lead = jax.process_index() == 0
     self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
     self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
+    # train.init_from: checked before the workdir is touched; a workdir with its own checkpoint resumes from it
+    self.source = upcycle.resolve(cfg) if cfg.train.init_from and not upcycle.has_checkpoint(workdir) else None
     self.ckpt = _prepare_workdir(workdir, cfg)
     self.spikes = diagnostics.SpikeDetector()
     self.params = flops.param_count(self.s.mcfg)
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
-    self.last = {"loss": None, "eval": {}}
+    self.last = {"loss": None, "eval": {}, "init_from": str(self.source) if self.source else None}
     self.diag_s, self.diag_compile_s, self._diag_fn = 0.0, 0.0, None
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
@@ -85,7 +88,8 @@ class Trainer:
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
-        "diag_compile_s": round(self.diag_compile_s, 3), **extra})
+        "diag_compile_s": round(self.diag_compile_s, 3),
+        **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra})
 
   def _log(self, rec: dict):
     if self.lead:
@@ -97,17 +101,22 @@ class Trainer:
   def _restore(self):
     step, out = self.ckpt.restore_latest(self.s.abstract, self.train_it)
     if step is None:
-      return self.s.init_state(), 0
+      if self.source is None:
+        return self.s.init_state(), 0
+      print(f"starting from {self.source} (train.init_from; optimizer state fresh)", flush=True)
+      return upcycle.load(self.source, self.s, self.s.init_state()), 0
     state, host = out
     if host.get("spikes"):
       self.spikes.load(host["spikes"])
     self.last["loss"] = host.get("loss")
     self.last["eval"] = host.get("eval", {})
+    self.last["init_from"] = host.get("init_from")
     print(f"resumed from checkpoint step {step}", flush=True)
     return state, step
 
   def _save(self, state, step: int):
-    host = {"spikes": self.spikes.state(), "loss": self.last["loss"], "eval": self.last["eval"]}
+    host = {"spikes": self.spikes.state(), "loss": self.last["loss"], "eval": self.last["eval"],
+            "init_from": self.last["init_from"]}
     self.ckpt.save(step, state, self.train_it, configlib.to_json(self.cfg), host)
 
   def _eval(self, state, step: int):
@@ -176,6 +185,8 @@ class Trainer:
       self._diagnostics(state, batch, 0)
     preempt = _Preemption()
     self.progress = progress.Progress(t.steps, start)
+    if start == 0 and self.source is not None:
+      self._eval(state, 0)  # the source's function, before any step: equals its final eval_loss (same eval data)
     tokens_per_step = t.batch_size * cfg.data.seq_len
     pending, step, t_log, s_log, skipped_total = None, start, time.perf_counter(), start, 0
     try:

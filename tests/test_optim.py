@@ -1,7 +1,9 @@
-"""Optimizer: schedules (warmup shape, decay end values), clipping, weight-decay mask."""
+"""Optimizer: schedules (warmup shape, decay end values), clipping, weight-decay mask, nGPT's renormalization."""
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from conftest import param_shapes, tiny_config
@@ -43,3 +45,27 @@ def test_weight_decay_only_touches_masked_params():
   updates, _ = tx.update(zero, tx.init(params), params)
   np.testing.assert_allclose(updates["head"], -0.1 * 0.5 * np.ones((2, 2)), rtol=1e-6)
   np.testing.assert_array_equal(updates["embed"], 0.0)
+
+
+def test_ngpt_weights_stay_unit_norm_after_a_step():
+  """nGPT's renormalization (the last transform): every listed matrix has unit norm along d_model after the update,
+  in the stacked layout, while the other params move by AdamW alone."""
+  from resnorm.residual.ngpt import UNIT_NORM
+  cfg = tiny_config("ngpt", 2, **{"train.lr": 0.1, "train.warmup_steps": 0, "train.weight_decay": 0.0})
+  shapes = param_shapes(cfg)
+  leaves, tree = jax.tree.flatten(shapes)
+  keys = jax.random.split(jax.random.key(0), 2 * len(leaves))
+  params = jax.tree.unflatten(tree, [jax.random.normal(k, s.shape) for k, s in zip(keys, leaves)])
+  grads = jax.tree.unflatten(tree, [jax.random.normal(k, s.shape) for k, s in zip(keys[len(leaves):], leaves)])
+  tx, plain = optim.make(cfg), optim.make(tiny_config("pre_norm", 2, **{"train.lr": 0.1, "train.warmup_steps": 0,
+                                                                        "train.weight_decay": 0.0}))
+  step = lambda t: jax.jit(lambda p, g: optax.apply_updates(p, t.update(g, t.init(p), p)[0]))(params, grads)
+  new, adam = step(tx), step(plain)
+  axes = dict(UNIT_NORM)
+  flat_new, flat_adam = (flax.traverse_util.flatten_dict(t) for t in (new, adam))
+  assert {k[-1] for k in flat_new} >= set(axes) | {"alpha", "s_qk", "s_v", "s_z"}
+  for path, w in flat_new.items():
+    if path[-1] in axes:
+      np.testing.assert_allclose(np.linalg.norm(w, axis=axes[path[-1]]), 1.0, rtol=1e-5, err_msg=str(path))
+    else:
+      np.testing.assert_allclose(w, flat_adam[path], rtol=1e-6, err_msg=str(path))

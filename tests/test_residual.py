@@ -54,6 +54,47 @@ def test_mhc_identity_init_reads_one_stream_and_keeps_the_others():
   assert np.argmax(pre[1]) == 2 and pre[1, 2] > 0.95 and np.max(np.delete(pre[1], 2)) < 0.05
 
 
+@pytest.mark.parametrize("name", ["denseformer", "mhc_lite"])
+def test_identity_inits_equal_pre_norm(name):
+  """DenseFormer's DWA weights start at the identity (Y_i = X_i); mHC-lite's start (phi = 0, b_post = 0) keeps the
+  streams identical, its H_res rows sum to 1 and the block norm absorbs H_pre x."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config(name, 3))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
+  from resnorm.residual.mhc_lite import permutation_matrices
+  p = permutation_matrices(4)
+  assert p.shape == (24, 4, 4) and np.array_equal(p[0], np.eye(4))
+  assert len({m.tobytes() for m in p}) == 24 and np.all(p.sum(1) == 1) and np.all(p.sum(2) == 1)
+
+
+@pytest.mark.parametrize("layers,k,p", [(6, 1, 1), (7, 2, 1), (8, 3, 2), (5, 1, 5)])
+def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
+  """DWAModules (epfml/DenseFormer): X_j goes to accumulator j % k at position j // k; after block i (1-based, a DWA
+  iff i % p == 0) the weights cover accumulator i % k up to position i // k, (i + k) // k of them."""
+  from resnorm.residual.denseformer import dwa_mask, dwa_weights_used
+  cfg = configlib.model_config(tiny_config("denseformer", layers, **{"model.denseformer.dilation": k,
+                                                                    "model.denseformer.period": p}))
+  used = 0
+  for i in range(1, layers + 1):
+    group = [g * k + i % k for g in range(i // k + 1)] if i % p == 0 else []
+    assert sorted(np.flatnonzero(np.asarray(dwa_mask(cfg, i)))) == group, i
+    used += len(group)
+    assert not group or len(group) == (i + k) // k
+  assert dwa_weights_used(cfg) == used
+
+
+def test_own_params_weight_decay():
+  """DenseFormer's DWA weights are decayed (the authors' nn.Linear); Admin's omega and nGPT's scalers are not."""
+  for name, decayed, exempt in [("denseformer", {"alpha"}, set()), ("admin", set(), {"omega"}),
+                                ("ngpt", set(), {"alpha", "s_qk", "s_v", "s_z"})]:
+    cfg = tiny_config(name, 2)
+    mask = flax.traverse_util.flatten_dict(optim.decay_mask(param_shapes(cfg), cfg))
+    assert {k[-1] for k, v in mask.items() if v} >= decayed and not {k[-1] for k, v in mask.items() if v} & exempt
+
+
 def test_hc_expand_reduce_on_identity_mixing():
   """Streams stay identical under A_r = I, so the state summed at the end is n times Pre-Norm's."""
   from resnorm.residual.hyper import HyperConnection

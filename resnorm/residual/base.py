@@ -16,7 +16,22 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
   drops it, an ablation).
 - `block_shared(cfg)`: whether one instance of `sublayer` wraps both sublayers of a block (params per block).
 - `block_norms`: whether the sublayers call their `norm` (ReZero does not; used by the param count).
-- `segments(cfg)`: `((name, num_layers, sublayer_class), ...)`, scanned one after another (Mix-LN: two).
+- `segments(cfg)`: `((name, num_layers, sublayer), ...)`, scanned one after another (Mix-LN: two). `sublayer` (here
+  and in the `sublayer` field) is one class for both sublayers, or a pair `(attn_class, mlp_class)` (HybridNorm).
+  A sublayer class may name hooks as class attributes: `attn_qkv` (a module class `(cfg)`, called inside attention
+  as `(q_BTHK, k, v, rope) -> (q, k, v)`, where `rope(x)` applies the rotary embedding: QKV norms, nGPT's
+  normalized q, k) and `mlp_hidden` (a module class `(cfg)` on the MLP's hidden pre-activation [B,T,F]).
+- `start(cfg, x_BTD) -> state`, `finish(cfg, state) -> y_BTD`: how the state is made from the embedding and how it
+  becomes the head's input (None: the `streams` rule above). Called inside the LM's compact call, so `finish` may
+  create params (ResiDual's norm of the dual stream).
+- `after_block`: a module class `(cfg)` called as `(state, layer) -> state` after each block (DenseFormer's DWA).
+- `logit_scale`: a module class `(cfg)` applied to the logits [B,T,V] (nGPT's s_z).
+- `init_params(cfg, params, rng, seq_len, layers) -> params`: applied by `resnorm.step.init_state` to the unboxed
+  params after `LM.init` (Admin's profiling pass, nGPT's unit-norm weights); a pure function of its inputs.
+  `layers` is resnorm.layers, passed in because config validation imports this registry, which must not import
+  the model.
+- `unit_norm`: ((weight name, axis), ...): weights kept at unit L2 norm along that axis (negative, so stacked and
+  per-layer layouts agree) by an optimizer transform after every step (nGPT; `resnorm.optim.unit_norm`).
 - `init_scales(cfg)`: factors on base initializers by weight name (DeepNorm's beta); the random draws are the same.
 - `decay`: names of the variant's own params that get weight decay (all others are exempt).
 - `extra_params(cfg)`, `extra_flops(cfg)`: the variant's own parameters (whole model) and forward FLOPs per token.
@@ -70,11 +85,34 @@ class Variant:
   extra_flops: Callable = _none
   check: Callable = _no_check
   block_shared: Callable = _false
+  start: Callable | None = None
+  finish: Callable | None = None
+  after_block: Any = None
+  logit_scale: Any = None
+  init_params: Callable | None = None
+  unit_norm: tuple = ()  # ((weight name, axis), ...)
 
   def layer_segments(self, cfg):
     if self.segments is not None:
       return tuple(s for s in self.segments(cfg) if s[1] > 0)
     return (("blocks", cfg.num_layers, self.sublayer),)
+
+
+def sublayer_classes(sublayer) -> tuple:
+  """(attn_class, mlp_class) of a segment's `sublayer` entry (one class, or a pair)."""
+  return tuple(sublayer) if isinstance(sublayer, (tuple, list)) else (sublayer, sublayer)
+
+
+def unit_normalize(params, axes: dict):
+  """Every leaf whose name is in `axes` divided by its L2 norm along `axes[name]` (nGPT's normalization); other
+  leaves unchanged. Works on nested dicts of arrays (stacked or not: the axes count from the end)."""
+  def norm(path, w):
+    name = getattr(path[-1], "key", None)
+    if name not in axes:
+      return w
+    w32 = w.astype(jnp.float32)
+    return (w32 / jnp.linalg.norm(w32, axis=axes[name], keepdims=True)).astype(w.dtype)
+  return jax.tree_util.tree_map_with_path(norm, params)
 
 
 REGISTRY: dict[str, Variant] = {}

@@ -24,6 +24,8 @@ The paper does not state how b and phi start (docs/variants.md section 3). `mode
   replaces each stream by the streams' mean: the streams collapse into one (measured in docs/variants.md).
 `stream_spread` in the diagnostics shows which of the two a run is in.
 """
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -45,18 +47,33 @@ def _inits(mc, n: int, d: int, sub):
 
 
 class ManifoldHyperConnection(nn.Module):
+  """mHC. mHC-lite (resnorm.residual.mhc_lite) subclasses it, replacing the H_res parameterization (the three
+  methods below) and reading its own config section."""
   cfg: object
+  section = "mhc"  # the config node model.<section> this variant reads
+
+  def _res_shape(self, n: int) -> tuple:
+    return (n, n)
+
+  def _inits(self, mc, n: int, d: int, sub):
+    return _inits(mc, n, d, sub)
+
+  def _h_res(self, kern, mc, logits_BTr, b_res):
+    """H_res [B,T,n,n] from a_res x' phi_res [B,T,n*n] and b_res: the Sinkhorn projection (Eq. 9)."""
+    b, t, n = logits_BTr.shape[0], logits_BTr.shape[1], b_res.shape[0]
+    return kern.sinkhorn(logits_BTr.reshape(b, t, n, n) + b_res[None, None], mc.sinkhorn_iters)
 
   @nn.compact
   def __call__(self, h_BTnD, branch, norm, layer, sub):
-    mc, dt, kern = self.cfg.mhc, h_BTnD.dtype, kernels.get(self.cfg.kernels)
+    mc, dt, kern = self.cfg[self.section], h_BTnD.dtype, kernels.get(self.cfg.kernels)
     b, t, n, d = h_BTnD.shape
-    k = n * n + 2 * n
-    phi_init, b_pre_init, b_res_init = _inits(mc, n, d, sub)
+    res_shape = self._res_shape(n)
+    k = math.prod(res_shape) + 2 * n
+    phi_init, b_pre_init, b_res_init = self._inits(mc, n, d, sub)
     phi = self.param("phi", nn.with_logical_partitioning(phi_init, ("embed", None)), (n * d, k))
     b_pre = self.param("b_pre", b_pre_init, (n,))
     b_post = self.param("b_post", nn.initializers.zeros, (n,))
-    b_res = self.param("b_res", b_res_init, (n, n))
+    b_res = self.param("b_res", b_res_init, res_shape)
     a = [self.param(f"a_{name}", nn.initializers.constant(mc.alpha_init), ()) for name in ("pre", "post", "res")]
 
     x = h_BTnD.reshape(b, t, n * d).astype(jnp.float32)
@@ -64,7 +81,7 @@ class ManifoldHyperConnection(nn.Module):
     proj_BTk = jnp.einsum("btf,fk->btk", x, phi)
     h_pre = jax.nn.sigmoid(a[0] * proj_BTk[..., :n] + b_pre[None, None])
     h_post = 2.0 * jax.nn.sigmoid(a[1] * proj_BTk[..., n:2 * n] + b_post[None, None])
-    h_res = kern.sinkhorn(a[2] * proj_BTk[..., 2 * n:].reshape(b, t, n, n) + b_res[None, None], mc.sinkhorn_iters)
+    h_res = self._h_res(kern, mc, a[2] * proj_BTk[..., 2 * n:], b_res)
 
     # One pass over the streams for both reads: column 0 is H_pre, columns 1..n are H_res^T.
     mix_BTmD = kern.mix_streams(h_BTnD, jnp.concatenate([h_pre[..., None], jnp.swapaxes(h_res, -1, -2)], axis=-1))

@@ -1,0 +1,4 @@
+"""admin, 12 layers. """
+from configs import base
+
+get_config = base.experiment("admin", 12)

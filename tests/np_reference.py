@@ -1,0 +1,338 @@
+"""An independent float64 NumPy forward pass of the whole LM, written from the equations of docs/VARIANTS.md.
+
+It imports nothing from resnorm: only the param names and the param layout are shared with the model (read off
+the Flax tree), never its code. `forward(params, cfg, tokens)` returns logits [B, T, V]; `loss(...)` the masked
+mean cross-entropy. Every leaf of the param tree must be read by the forward pass (`UnusedParams` otherwise), so
+a param the model gains without a matching equation here makes the comparison fail instead of slipping past.
+
+Param layout (the model's): base weights `embed` [V, D], `pos_embed` [max_len, D] (pos=learned), `head` [D, V]
+(absent when tied), `final_norm`; blocks stacked on a leading axis under `blocks` (Mix-LN: `blocks_post` then
+`blocks_pre`), each with `attn` {q, k, v: [D, H, K], o: [H, K, D]}, `mlp` {wi: [D, F], wo: [F, D]},
+`attn_norm` / `mlp_norm` (the sublayer's own norm) and `attn_res` / `mlp_res` (the variant's own params).
+"""
+import functools
+import math
+
+import numpy as np
+
+ALIASES = {"sandwich": "peri_norm"}
+
+
+class UnusedParams(AssertionError):
+  pass
+
+
+def _is_tree(v):
+  return hasattr(v, "keys")
+
+
+class _View:
+  """Read-only view of the param tree that records every leaf read (as a path); `layer(i)` slices stacked leaves."""
+
+  def __init__(self, tree, used, path=(), layer=None, length=None):
+    self._tree, self._used, self._path, self._layer, self._length = tree, used, path, layer, length
+
+  def __contains__(self, key):
+    return key in self._tree
+
+  def __getitem__(self, key):
+    if key not in self._tree:
+      raise KeyError(f"param {'/'.join(self._path + (key,))} is missing")
+    v, path = self._tree[key], self._path + (key,)
+    if _is_tree(v):
+      return _View(v, self._used, path, self._layer, self._length)
+    self._used.add(path)
+    a = np.asarray(v, np.float64)
+    if self._layer is None:
+      return a
+    assert a.shape[0] == self._length, f"{'/'.join(path)}: {a.shape[0]} stacked layers, expected {self._length}"
+    return a[self._layer]
+
+  def layer(self, i, length):
+    return _View(self._tree, self._used, self._path, i, length)
+
+
+def _leaf_paths(tree, path=()):
+  for k, v in tree.items():
+    if _is_tree(v):
+      yield from _leaf_paths(v, path + (k,))
+    else:
+      yield path + (k,)
+
+
+def _field(cfg, dotted):
+  node = cfg
+  for k in dotted.split("."):
+    node = node[k]
+  return node
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Base layers.
+
+
+def norm(x, p, kind, eps):
+  """LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * scale + bias; RMSNorm (Zhang & Sennrich 2019):
+  x / sqrt(mean(x^2) + eps) * scale, no bias. Both over the last axis."""
+  if kind == "layernorm":
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * p["scale"] + p["bias"]
+  if kind == "rmsnorm":
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * p["scale"]
+  raise ValueError(f"norm {kind!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def rope_rotations(t, k, base):
+  """R[p] in R^{K x K}, the RoPE rotation at position p (Su et al. 2021, Eq. 13-15), built entry by entry.
+
+  Pairing convention: the model uses the rotate-half (GPT-NeoX) form, which rotates the pair of dims (i, i + K/2)
+  by the angle p * base^(-2i/K), i = 0..K/2-1 (Su et al. write the pairs as (2i, 2i+1); the two differ by a fixed
+  permutation of the head dims, absorbed by W_q and W_k in training but not at given params).
+  """
+  half = k // 2
+  r = np.zeros((t, k, k))
+  for i in range(half):
+    theta = base ** (-2.0 * i / k)
+    for p in range(t):
+      c, s = math.cos(p * theta), math.sin(p * theta)
+      r[p, i, i], r[p, i, i + half] = c, -s
+      r[p, i + half, i], r[p, i + half, i + half] = s, c
+  return r
+
+
+def attention(x, p, cfg, qkv=None):
+  """Causal softmax attention (Vaswani et al. 2017): softmax(q k^T / sqrt(K) + mask) v, then W_o; RoPE on q and k.
+  `qkv(q, k, v, rope) -> (q, k, v, score scale)`: a variant's own treatment of the projections (HybridNorm's QKV
+  norms, nGPT's normalized q and k; tests/np_reference_placements.py) in place of RoPE and 1/sqrt(K)."""
+  q, k, v = (np.einsum("btd,dhk->bthk", x, p[name]) for name in ("q", "k", "v"))
+  t, kd = x.shape[1], q.shape[-1]
+  rot = lambda z: z
+  if cfg["pos"] == "rope":
+    r = rope_rotations(t, kd, float(cfg["rope_base"]))
+    rot = lambda z: np.einsum("tij,bthj->bthi", r, z)
+  if qkv is None:
+    q, k, scale = rot(q), rot(k), 1.0 / math.sqrt(kd)
+  else:
+    q, k, v, scale = qkv(q, k, v, rot)
+  s = np.einsum("bthk,bshk->bhts", q, k) * scale
+  s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)  # key s visible from query t iff s <= t
+  w = np.exp(s - s.max(-1, keepdims=True))
+  w = w / w.sum(-1, keepdims=True)
+  return np.einsum("bhts,bshk,hkd->btd", w, v, p["o"])
+
+
+def mlp(x, p, cfg=None, hidden=None):
+  """GELU MLP without biases, GELU in its tanh approximation (Hendrycks & Gimpel 2016). `hidden`: a variant's
+  scaling of x W_i before the GELU (nGPT's s_v)."""
+  h = x @ p["wi"]
+  h = hidden(h) if hidden is not None else h
+  return 0.5 * h * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * h ** 3))) @ p["wo"]
+
+
+def _sigmoid(z):
+  return 1.0 / (1.0 + np.exp(-z))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Residual variants: one function per sublayer, (state, sublayer context) -> state. `c` carries F (the branch),
+# N (the sublayer's own norm, a function), `res` (the variant's params view), l (1-based block index), cfg.
+
+
+class _Ctx:
+  def __init__(self, f, nrm, res, l, cfg):
+    self.f, self.n, self.res, self.l, self.cfg = f, nrm, res, l, cfg
+
+  def norm(self, h, p):
+    """A norm of the model's kind (`model.norm`) with the params p (the variant's own norms)."""
+    return norm(h, p, self.cfg["norm"], float(self.cfg["norm_eps"]))
+
+
+def post_norm(x, c):
+  """Post-LN (VARIANTS.md 1): x <- N(x + F(x))."""
+  return c.n(x + c.f(x))
+
+
+def pre_norm(x, c):
+  """Pre-LN (VARIANTS.md 1): x <- x + F(N(x))."""
+  return x + c.f(c.n(x))
+
+
+def peri_norm(x, c):
+  """Peri-LN / Sandwich-LN (VARIANTS.md 4): x <- x + N_out(F(N_in(x))); N_out is `<kind>_res/out_norm`."""
+  return x + c.norm(c.f(c.n(x)), c.res["out_norm"])
+
+
+def deepnorm(x, c):
+  """DeepNorm (VARIANTS.md 4, decoder-only): x <- N(alpha x + F(x)), alpha = (2M)^(1/4), M the number of layers.
+  Its beta is an init scale only, so it does not appear here."""
+  alpha = (2.0 * c.cfg["num_layers"]) ** 0.25
+  return c.n(alpha * x + c.f(x))
+
+
+def rezero(x, c):
+  """ReZero (VARIANTS.md 4): x <- x + a_l F(x), a_l a learned scalar per sublayer; no norm."""
+  return x + c.res["alpha"] * c.f(x)
+
+
+def ln_scaling(x, c):
+  """LayerNorm Scaling (VARIANTS.md 4): Pre-LN with N(x) / sqrt(l), l = 1..L the block index."""
+  return x + c.f(c.n(x) / math.sqrt(c.l))
+
+
+def hc(h, c):
+  """Hyper-Connections (VARIANTS.md 2; Zhu et al. Alg. 2, Eq. 10-13). h [B, T, n, D], one row per stream.
+
+  alpha = [A_m | A_r] (n x (n+1)) and beta = B (n), plus for DHC the dynamic terms, row i from stream i only:
+  alpha += s_alpha tanh(norm(h_i) W_alpha), beta += s_beta tanh(norm(h_i) W_beta) (per-stream `stream_norm`).
+  Then h_0 = A_m^T H, and H' = A_r^T H + B^T F(N(h_0)), i.e. h'_j = sum_i A_r[i, j] h_i + B_j F(N(h_0)).
+  """
+  hcfg, res = c.cfg["hc"], c.res
+  alpha = res["static_alpha"][None, None]      # [1, 1, n, n+1]
+  beta = res["static_beta"][None, None]        # [1, 1, n]
+  if hcfg["dynamic"]:
+    act = np.tanh if hcfg["tanh"] else (lambda z: z)
+    hbar = c.norm(h, res["stream_norm"])       # per stream: over the D features of each row
+    alpha = alpha + res["s_alpha"] * act(hbar @ res["w_alpha"])
+    beta = beta + res["s_beta"] * act(hbar @ res["w_beta"])
+  a_m, a_r = alpha[..., 0], alpha[..., 1:]
+  h0 = np.einsum("btn,btnd->btd", a_m, h)
+  y = c.f(c.n(h0))
+  return np.einsum("btij,btid->btjd", a_r, h) + beta[..., None] * y[:, :, None, :]
+
+
+def sinkhorn(logits, iters):
+  """Sinkhorn-Knopp (mHC Eq. 9): M_0 = exp(logits), M_t = T_r(T_c(M_{t-1})): every column divided by its sum,
+  then every row by its sum, `iters` times. Rows are normalized last, so row sums are exactly 1."""
+  m = np.exp(logits)
+  for _ in range(iters):
+    m = m / m.sum(-2, keepdims=True)  # T_c: column j divided by sum_i m[i, j]
+    m = m / m.sum(-1, keepdims=True)  # T_r: row i divided by sum_j m[i, j]
+  return m
+
+
+def mhc(x, c):
+  """mHC (VARIANTS.md 3; Xie et al. Eq. 3, 7-9). x [B, T, n, C]; x <- H_res x + H_post^T F(N(H_pre x)).
+
+  x' = RMSNorm(vec(x)) over all nC features (vec flattens the n x C matrix row by row, stream-major), without a
+  weight and with eps `mhc.eps`; proj = x' phi, phi [nC, 2n + n^2] with columns [pre (n) | post (n) | res (n^2),
+  mat() row-major], the column order of the model's param.
+  H_pre = sigmoid(a_pre proj_pre + b_pre), H_post = 2 sigmoid(a_post proj_post + b_post),
+  H_res = Sinkhorn(a_res mat(proj_res) + b_res). (H_res x)_i = sum_j H_res[i, j] x_j.
+  """
+  mc, res = c.cfg["mhc"], c.res
+  b, t, n, d = x.shape
+  v = x.reshape(b, t, n * d)
+  v = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + float(mc["eps"]))
+  proj = v @ res["phi"]
+  h_pre = _sigmoid(res["a_pre"] * proj[..., :n] + res["b_pre"])
+  h_post = 2.0 * _sigmoid(res["a_post"] * proj[..., n:2 * n] + res["b_post"])
+  h_res = sinkhorn(res["a_res"] * proj[..., 2 * n:].reshape(b, t, n, n) + res["b_res"], int(mc["sinkhorn_iters"]))
+  u = np.einsum("btn,btnc->btc", h_pre, x)
+  y = c.f(c.n(u))
+  return np.einsum("btij,btjc->btic", h_res, x) + h_post[..., None] * y[:, :, None, :]
+
+
+def _mix_ln_segments(cfg):
+  """Mix-LN (VARIANTS.md 4): Post-LN for the first floor(post_fraction * L) layers, Pre-LN after."""
+  k = math.floor(float(cfg["mix_ln"]["post_fraction"]) * cfg["num_layers"])
+  return (("blocks_post", k, post_norm), ("blocks_pre", cfg["num_layers"] - k, pre_norm))
+
+
+# name -> (sublayer, number of streams (0: a [B, T, D] state), final norm, the sublayers use their own norm,
+# segments (None: one segment `blocks`))
+VARIANTS = {
+    "post_norm": (post_norm, lambda cfg: 0, False, True, None),
+    "pre_norm": (pre_norm, lambda cfg: 0, True, True, None),
+    "peri_norm": (peri_norm, lambda cfg: 0, True, True, None),
+    "deepnorm": (deepnorm, lambda cfg: 0, False, True, None),
+    "rezero": (rezero, lambda cfg: 0, False, False, None),
+    "ln_scaling": (ln_scaling, lambda cfg: 0, True, True, None),
+    "mix_ln": (None, lambda cfg: 0, True, True, _mix_ln_segments),
+    "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),
+    "mhc": (mhc, lambda cfg: cfg["mhc"]["n"], True, True, None),
+}
+# Placements whose state, hooks or head do not fit the table above: their whole forward pass is in
+# tests/np_reference_placements.py (built on the layers here).
+PLACEMENTS = ("admin", "resi_dual", "hybrid_norm", "denseformer", "ngpt", "mhc_lite")
+VARIANTS.update(dict.fromkeys(PLACEMENTS))
+NAMES = frozenset(VARIANTS) | frozenset(ALIASES)
+
+
+def canonical(name):
+  return ALIASES.get(name, name)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def forward(params, cfg, tokens):
+  """Logits [B, T, V] (float64) of the LM at `params` (the unboxed Flax tree) for int tokens [B, T].
+
+  cfg: the model config (ConfigDict, FrozenConfigDict or nested dict), or the full config with a `model` node.
+  Raises UnusedParams if any leaf of `params` was not read.
+  """
+  if "model" in cfg:
+    cfg = cfg["model"]
+  name = canonical(cfg["residual"])
+  if name not in VARIANTS:
+    raise KeyError(f"no reference for residual {name!r}")
+  if name in PLACEMENTS:
+    import np_reference_placements
+    return np_reference_placements.forward(params, cfg, tokens)
+  sub, streams, final, block_norms, segments = VARIANTS[name]
+  used = set()
+  p = _View(params, used)
+  kind, eps = cfg["norm"], float(cfg["norm_eps"])
+  tokens = np.asarray(tokens)
+  t = tokens.shape[1]
+
+  emb = p["embed"]
+  x = emb[tokens]
+  if cfg["pos"] == "learned":
+    x = x + p["pos_embed"][None, :t]
+  n = streams(cfg)
+  state = np.repeat(x[:, :, None, :], n, axis=2) if n else x  # H^0: the embedding repeated n times
+  segs = segments(cfg) if segments else (("blocks", cfg["num_layers"], sub),)
+  offset = 0
+  for seg, length, fn in segs:
+    if length == 0:
+      assert seg not in p, f"{seg} holds params but should have 0 layers"
+      continue
+    stack = p[seg]
+    for i in range(length):
+      lp = stack.layer(i, length)
+      for kind_name, f in (("attn", attention), ("mlp", mlp)):
+        base = lp[kind_name]
+        branch = lambda h, f=f, base=base: f(h, base, cfg)
+        if block_norms:
+          nrm_p = lp[f"{kind_name}_norm"]
+          nrm = lambda h, nrm_p=nrm_p: norm(h, nrm_p, kind, eps)
+        else:
+          nrm = None
+        res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
+        state = fn(state, _Ctx(branch, nrm, res, offset + i + 1, cfg))
+    offset += length
+  assert offset == cfg["num_layers"]
+  y = state.sum(axis=2) if n else state
+  if final:
+    y = norm(y, p["final_norm"], kind, eps)
+  logits = y @ emb.T if cfg["tie_embed"] else y @ p["head"]
+  unused = sorted("/".join(k) for k in set(_leaf_paths(params)) - used)
+  if unused:
+    raise UnusedParams(f"residual {name}: params not used by the reference: {', '.join(unused)}")
+  return logits
+
+
+def cross_entropy(logits, targets, mask):
+  """sum(mask * CE) / max(sum(mask), 1), CE = logsumexp(logits) - logits[target]."""
+  m = logits.max(-1, keepdims=True)
+  lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[..., 0]
+  ce = lse - np.take_along_axis(logits, np.asarray(targets)[..., None], axis=-1)[..., 0]
+  mask = np.asarray(mask, np.float64)
+  return float((ce * mask).sum() / max(mask.sum(), 1.0))
+
+
+def loss(params, cfg, tokens, targets, mask):
+  return cross_entropy(forward(params, cfg, tokens), targets, mask)

@@ -1,0 +1,185 @@
+"""The float64 NumPy reference (tests/np_reference.py, whose layers, param view and conventions it uses) for the
+placements whose state, hooks or head do not fit its per-sublayer table: admin, resi_dual, hybrid_norm,
+denseformer, ngpt, mhc_lite, written from the equations in their docstrings and docs/variants.md sections 3-4.
+Like np_reference it imports nothing from resnorm. `np_reference.forward` hands these names to `forward` here;
+`admin_profile` is Admin's profiling pass.
+"""
+import itertools
+import math
+
+import numpy as np
+
+from np_reference import UnusedParams, _leaf_paths, _sigmoid, _View, attention, mlp, norm
+
+
+class _Ctx:
+  """What a sublayer sees: f (F with its base weights), n (its own norm, or None), res (the variant's params),
+  kind ("attn" or "mlp")."""
+
+  def __init__(self, f, n, res, cfg, kind):
+    self.f, self.n, self.res, self.cfg, self.kind = f, n, res, cfg, kind
+
+
+def unit(x):
+  """nGPT's Norm: x / ||x|| over the last axis."""
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def admin(x, c):
+  """Admin: x <- N(omega (.) x + F(x))."""
+  return c.n(c.res["omega"] * x + c.f(x))
+
+
+def resi_dual(s, c):
+  """ResiDual: (x, d) <- (N(x + F(x)), d + F(x)); s[:, :, 0] = x, s[:, :, 1] = d."""
+  y = c.f(s[:, :, 0])
+  return np.stack([c.n(s[:, :, 0] + y), s[:, :, 1] + y], axis=2)
+
+
+def hybrid(x, c):
+  """HybridNorm: attention Y = X + Attn_QKV(X); FFN X' = N(Y) + FFN(N(Y))."""
+  if c.kind == "attn":
+    return x + c.f(x)
+  h = c.n(x)
+  return h + c.f(h)
+
+
+def pre(x, c):
+  """Pre-Norm x + F(N(x)): DenseFormer's blocks, and HybridNorm*'s first block (its attention with QKV norms)."""
+  return x + c.f(c.n(x))
+
+
+def ngpt(h, c):
+  """nGPT: h <- Norm(Norm(h) + |alpha| (Norm(F(h)) - Norm(h))), alpha = param * alpha_init sqrt(D)."""
+  a = np.abs(c.res["alpha"] * c.cfg["ngpt"]["alpha_init"] * math.sqrt(c.cfg["d_model"]))
+  hn = unit(h)
+  return unit(hn + a * (unit(c.f(h)) - hn))
+
+
+def mhc_lite(x, c):
+  """mHC-lite: x <- H_res x + H_post^T F(N(H_pre x)); x' = vec(x) / rms(vec(x)) (eps mhc_lite.eps),
+  proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post = 2 sigmoid(...),
+  H_res = sum_k softmax(a_res proj_res + b_res)_k P_k with (P_k x)_i = x_{perm_k(i)}, perms in itertools order."""
+  mc, r = c.cfg["mhc_lite"], c.res
+  b, t, n, d = x.shape
+  v = x.reshape(b, t, n * d)
+  v = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + float(mc["eps"]))
+  proj = v @ r["phi"]
+  h_pre = _sigmoid(r["a_pre"] * proj[..., :n] + r["b_pre"])
+  h_post = 2.0 * _sigmoid(r["a_post"] * proj[..., n:2 * n] + r["b_post"])
+  z = r["a_res"] * proj[..., 2 * n:] + r["b_res"]
+  w = np.exp(z - z.max(-1, keepdims=True))
+  w = w / w.sum(-1, keepdims=True)
+  h_res = np.zeros((b, t, n, n))
+  for kk, perm in enumerate(itertools.permutations(range(n))):
+    for i in range(n):
+      h_res[:, :, i, perm[i]] += w[..., kk]
+  y = c.f(c.n(np.einsum("btn,btnd->btd", h_pre, x)))
+  return np.einsum("btij,btjd->btid", h_res, x) + h_post[..., None] * y[:, :, None, :]
+
+
+def dwa(outs, alpha, i, cfg):
+  """DenseFormer after block i (1-based): sum of alpha_j X_j over the j <= i with j = i (mod k) if i = 0 (mod p),
+  else X_i. `outs` = [X_0 (the embedding), X_1, ..., X_i]."""
+  k, p = cfg["denseformer"]["dilation"], cfg["denseformer"]["period"]
+  if i % p:
+    return outs[i]
+  return sum(alpha[j] * outs[j] for j in range(i + 1) if (i - j) % k == 0)
+
+
+def _qkv_hook(name, base, cfg):
+  """HybridNorm: N over each whole projection (H*K features), then RoPE. nGPT: q, k <- s_qk Norm(RoPE(.)) per head,
+  s_qk = param sqrt(D) s_qk_init, scores times sqrt(K)."""
+  def nrm(x, which):
+    b, t, h, kd = x.shape
+    return norm(x.reshape(b, t, h * kd), base["qkv"][which], cfg["norm"], float(cfg["norm_eps"])).reshape(x.shape)
+
+  def hybrid_hook(q, k, v, rot):
+    return rot(nrm(q, "q_norm")), rot(nrm(k, "k_norm")), nrm(v, "v_norm"), q.shape[-1] ** -0.5
+
+  def ngpt_hook(q, k, v, rot):
+    s = base["qkv"]["s_qk"] * math.sqrt(cfg["d_model"]) * cfg["ngpt"]["s_qk_init"]
+    return s * unit(rot(q)), s * unit(rot(k)), v, math.sqrt(q.shape[-1])
+  return {"hybrid_norm": hybrid_hook, "ngpt": ngpt_hook}.get(name)
+
+
+def _segments(name, cfg):
+  L = cfg["num_layers"]
+  if name == "hybrid_norm" and cfg["hybrid_norm"]["first_pre_norm"]:
+    return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
+  fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
+        "mhc_lite": mhc_lite}[name]
+  return (("blocks", L, fn),)
+
+
+def forward(params, cfg, tokens):
+  """Logits [B, T, V] (float64); cfg: the model config (dict-like). Raises UnusedParams for an unread leaf."""
+  name, used = cfg["residual"], set()
+  p = _View(params, used)
+  kind, eps = cfg["norm"], float(cfg["norm_eps"])
+  x = p["embed"][np.asarray(tokens)]
+  if cfg["pos"] == "learned":
+    x = x + p["pos_embed"][None, : x.shape[1]]
+  if name == "resi_dual":
+    state = np.stack([x, x], axis=2)                           # both streams start at the embedding
+  elif name == "mhc_lite":
+    state = np.repeat(x[:, :, None], cfg["mhc_lite"]["n"], axis=2)
+  else:
+    state = x
+  outs, i = [x], 0                                             # DenseFormer: X_0, X_1, ...
+  for seg, length, fn in _segments(name, cfg):
+    for li in range(length):
+      lp, i = p[seg].layer(li, length), i + 1
+      for kind_name in ("attn", "mlp"):
+        base = lp[kind_name]
+        if kind_name == "attn":
+          f = lambda h, base=base: attention(h, base, cfg, _qkv_hook(name, base, cfg))
+        else:
+          hidden = None
+          if name == "ngpt":  # s_v sqrt(D) on x W_i (param * s_v_init: scale 1)
+            s_v = lambda base: base["hidden"]["s_v"] * cfg["ngpt"]["s_v_init"] * math.sqrt(cfg["d_model"])
+            hidden = lambda h, base=base, s_v=s_v: h * s_v(base)
+          f = lambda h, base=base, hidden=hidden: mlp(h, base, cfg, hidden)
+        own = f"{kind_name}_norm"
+        nrm = (lambda h, q=lp[own]: norm(h, q, kind, eps)) if own in lp else None
+        res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
+        state = fn(state, _Ctx(f, nrm, res, cfg, kind_name))
+      if name == "denseformer":
+        outs.append(state)
+        state = dwa(outs, lp["after_block"]["alpha"], i, cfg)
+  assert i == cfg["num_layers"]
+  if name == "resi_dual":
+    y = state[:, :, 0] + norm(state[:, :, 1], p["dual_norm"], kind, eps)   # y = x_N + N_d(d_N)
+  else:
+    y = state.sum(axis=2) if name == "mhc_lite" else state
+  if name in ("hybrid_norm", "denseformer", "mhc_lite") and cfg["final_norm"]:
+    y = norm(y, p["final_norm"], kind, eps)
+  logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
+  if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry
+    logits = logits * p["logit_scale"]["s_z"] * math.sqrt(cfg["d_model"]) * cfg["ngpt"]["s_z_init"]
+  unused = sorted("/".join(k) for k in set(_leaf_paths(params)) - used)
+  if unused:
+    raise UnusedParams(f"residual {name}: params not used by the reference: {', '.join(unused)}")
+  return logits
+
+
+def admin_profile(params, cfg, tokens):
+  """[L, 2] Admin omegas (Transformer-Clinic's adaptive profiling), in one pass over the sublayers: omega_1 = 1,
+  omega_{i+1}^2 = Var[omega_i x] + Var[F_i(x)] (over all elements), then x <- N(omega_i x + F_i(x))."""
+  p = _View(params, set())
+  kind, eps = cfg["norm"], float(cfg["norm_eps"])
+  x = p["embed"][np.asarray(tokens)]
+  if cfg["pos"] == "learned":
+    x = x + p["pos_embed"][None, : x.shape[1]]
+  r2, out = 1.0, []
+  for li in range(cfg["num_layers"]):
+    lp = p["blocks"].layer(li, cfg["num_layers"])
+    row = []
+    for kind_name, f in (("attn", attention), ("mlp", mlp)):
+      omega = math.sqrt(r2)
+      y = f(x, lp[kind_name], cfg)
+      r2 = np.var(omega * x) + np.var(y)
+      x = norm(omega * x + y, lp[f"{kind_name}_norm"], kind, eps)
+      row.append(omega)
+    out.append(row)
+  return np.array(out)

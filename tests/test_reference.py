@@ -1,0 +1,218 @@
+"""The model against an independent float64 NumPy reference (tests/np_reference.py), for every registered variant.
+
+For each case (a variant at a tiny config), the params are drawn by the model's init and then perturbed on every
+leaf with non-symmetric noise, so that a transposed mixing matrix, a per-stream norm in place of a flattened one, a
+gate on the wrong tensor etc. change the function. Compared:
+- logits of the jitted float32 model vs the reference, and the loss of `resnorm.step.make_loss_fn` vs the
+  reference's masked mean cross-entropy, on a batch with a partly and a fully padded row;
+- the model's jax.grad of that loss vs central finite differences of the float64 reference loss, on the entry
+  of largest gradient and one random entry of a few leaves (attention q, MLP wi, embedding, a norm scale, and
+  every param of the variant's own).
+
+Tolerances. Logits: |model - ref| <= 1e-4 * max|ref| (float32 rounding through a few layers is measured at
+<= 7e-7 relative; a planted bug moves logits by 1e-3..1e0 relative). Loss: 1e-5 relative (measured ~1e-7).
+Gradients: |g - fd| <= 2e-3 * |fd| + 1e-3 * max|g of the leaf| + 1e-7 (measured: up to 4e-5 relative, in mHC through
+the float32 Sinkhorn; the float64 central difference with h = 1e-5 is good to ~1e-9). The 1e-7 floor is for gradients
+that are 0 exactly, such as the last sublayer's H_res of mHC-lite (its rows and columns sum to 1, so the final sum of
+the streams cannot see it), which come back from float32 as ~1e-8.
+
+The placements admin, resi_dual, hybrid_norm, denseformer, ngpt and mhc_lite have their reference forward in
+tests/np_reference_placements.py; Admin's profiled init is checked against its reference profiling pass here.
+"""
+import functools
+import zlib
+
+import flax
+import jax
+import numpy as np
+import pytest
+
+import np_reference as ref
+from conftest import tiny_config
+from resnorm import configlib, residual, step
+from resnorm.model import LM
+
+VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
+B, T = 3, 12  # row 0 unpadded, row 1 partly padded, row 2 fully padded
+LOGIT_TOL, LOSS_TOL, GRAD_RTOL, GRAD_ATOL, GRAD_FLOOR = 1e-4, 1e-5, 2e-3, 1e-3, 1e-7
+
+# Per variant: (case id, num_layers, config overrides). Between them: rope and learned positions, layernorm and
+# rmsnorm, a tied head, HC dynamic and static at n = 1, 2, 4 (and without tanh), mHC at 2 and 20 iterations.
+CASES = {
+    "post_norm": [("learned-ln", 2, {"model.pos": "learned"})],
+    "pre_norm": [("rope-rms-tied", 2, {"model.norm": "rmsnorm", "model.tie_embed": True})],
+    "peri_norm": [("rope-ln", 2, {})],
+    "deepnorm": [("rope-rms-3l", 3, {"model.norm": "rmsnorm"})],
+    "rezero": [("learned", 2, {"model.pos": "learned"})],
+    "ln_scaling": [("rope-ln-3l", 3, {})],
+    "mix_ln": [("rope-rms-1post-2pre", 3, {"model.norm": "rmsnorm", "model.mix_ln.post_fraction": 0.4})],
+    "hc": [("dyn-n4-ln", 2, {"model.hc.n": 4}),
+           ("static-n4-rms-learned", 2, {"model.hc.n": 4, "model.hc.dynamic": False, "model.norm": "rmsnorm",
+                                         "model.pos": "learned"}),
+           ("dyn-n1-rms", 2, {"model.hc.n": 1, "model.norm": "rmsnorm"}),
+           ("dyn-notanh-n2", 2, {"model.hc.n": 2, "model.hc.tanh": False})],
+    # it2: few iterations, so the column / row order of the Sinkhorn shows in the logits. small-embed: a stream RMS
+    # of ~1e-3, where the coefficient RMSNorm's eps (mhc.eps = 1e-20, not norm_eps) matters.
+    "mhc": [("n4-it2-ln", 2, {"model.mhc.n": 4, "model.mhc.sinkhorn_iters": 2}),
+            ("n3-it20-rms-learned-small-embed", 2, {"model.mhc.n": 3, "model.mhc.sinkhorn_iters": 20,
+                                                    "model.norm": "rmsnorm", "model.pos": "learned",
+                                                    "_shrink": ("embed", "pos_embed")})],
+    # the placements of tests/np_reference_placements.py; HybridNorm* exercises both of its segments
+    "admin": [("rms-learned-3l", 3, {"model.norm": "rmsnorm", "model.pos": "learned"})],
+    "resi_dual": [("rope-ln", 2, {})],
+    "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"})],
+    "denseformer": [("dense-3l", 3, {})],
+    "ngpt": [("rope", 2, {})],
+    "mhc_lite": [("n4-learned", 2, {"model.pos": "learned"})],
+}
+# A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked.
+PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
+          for name in VARIANTS for cid in ([c[0] for c in CASES.get(name, [])] or [None])]
+
+# Matrices get noise relative to their size (zero-initialized ones: as if of unit-RMS inputs, 0.5 / sqrt(D));
+# mHC's b_res N(0, 1), so the Sinkhorn is far from converged after a few iterations; every other leaf (norm scales
+# and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3.
+WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta"}
+
+
+def _perturb(params, d_model, rng, shrink=()):
+  def noise(path, a):
+    a, name = np.asarray(a, np.float64), path[-1].key
+    if name in WEIGHTS:
+      rms = float(np.sqrt(np.mean(a ** 2)))
+      std = 0.5 * rms if rms > 0 else 0.5 / np.sqrt(d_model)
+    else:
+      std = 1.0 if name == "b_res" else 0.3
+    a = a + std * rng.standard_normal(a.shape)
+    return (a * (1e-3 if name in shrink else 1.0)).astype(np.float32)
+  return jax.tree_util.tree_map_with_path(noise, params)
+
+
+def _batch(rng):
+  tokens = rng.integers(0, 256, (B, T)).astype(np.int32)
+  targets = rng.integers(0, 256, (B, T)).astype(np.int32)
+  mask = np.ones((B, T), np.float32)
+  mask[1, 7:] = 0.0
+  mask[2] = 0.0
+  targets[mask == 0] = 257  # PAD
+  return {"inputs": tokens, "targets": targets, "mask": mask}
+
+
+@functools.lru_cache(maxsize=None)
+def _case(name, cid):
+  """(mcfg, perturbed params as float64, batch, model logits, model loss, model grads), one compile per case."""
+  assert cid is not None, f"variant {name!r} has no case in tests/test_reference.py CASES"
+  layers, over = next((l, o) for c, l, o in CASES[name] if c == cid)
+  shrink = over.get("_shrink", ())
+  mcfg = configlib.model_config(tiny_config(name, layers, **{k: v for k, v in over.items() if k[0] != "_"}))
+  rng = np.random.default_rng(zlib.crc32(f"{name}-{cid}".encode()))
+  batch = _batch(rng)
+  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), batch["inputs"][:1])["params"])
+  params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink)
+  loss_fn = step.make_loss_fn(mcfg)
+
+  @jax.jit
+  def run(p, batch):
+    logits = LM(mcfg).apply({"params": p}, batch["inputs"])[0]
+    loss, grads = jax.value_and_grad(loss_fn)(p, batch)
+    return logits, loss, grads
+
+  logits, loss, grads = jax.device_get(run(params, batch))
+  p64 = jax.tree.map(lambda a: np.asarray(a, np.float64), params)
+  return mcfg, p64, batch, np.asarray(logits, np.float64), float(loss), grads
+
+
+def _flat(tree):
+  return flax.traverse_util.flatten_dict(tree)
+
+
+def _replace(tree, path, value):
+  if len(path) == 1:
+    return {**tree, path[0]: value}
+  return {**tree, path[0]: _replace(tree[path[0]], path[1:], value)}
+
+
+def _grad_leaves(params):
+  """Attention q of the first segment, MLP wi of the last, the embedding, a norm scale, every variant param."""
+  paths = list(_flat(params))
+  segs = sorted({p[0] for p in paths if p[0].startswith("blocks")})
+  want = [(segs[0], "attn", "q"), (segs[-1], "mlp", "wi"), ("embed",)]
+  want += [p for p in [("final_norm", "scale"), (segs[0], "attn_norm", "scale")] if p in paths][:1]
+  own = ("_res", "qkv", "hidden", "after_block", "logit_scale", "dual_norm")  # the variant's params, wherever they live
+  want += [p for p in paths if any(part.endswith(own) for part in p)]
+  return want
+
+
+@pytest.mark.parametrize("name,cid", PARAMS)
+def test_logits_and_loss_match_reference(name, cid):
+  mcfg, params, batch, logits, loss, _ = _case(name, cid)
+  want = ref.forward(params, mcfg, batch["inputs"])
+  scale = np.abs(want).max()
+  np.testing.assert_allclose(logits, want, rtol=0, atol=LOGIT_TOL * scale, err_msg=f"{name}-{cid} logits")
+  want_loss = ref.cross_entropy(want, batch["targets"], batch["mask"])
+  np.testing.assert_allclose(loss, want_loss, rtol=LOSS_TOL, err_msg=f"{name}-{cid} loss")
+
+
+@pytest.mark.parametrize("name,cid", PARAMS)
+def test_grads_match_finite_differences(name, cid):
+  mcfg, params, batch, _, _, grads = _case(name, cid)
+  grads, rng, h = _flat(grads), np.random.default_rng(1), 1e-5
+  ref_loss = lambda p: ref.loss(p, mcfg, batch["inputs"], batch["targets"], batch["mask"])
+  bad = []
+  for path in _grad_leaves(params):
+    a, g = _flat(params)[path], np.asarray(grads[path], np.float64)
+    gmax = np.abs(g).max()
+    assert gmax > 0, f"{'/'.join(path)}: zero gradient"
+    for idx in {np.unravel_index(np.argmax(np.abs(g)), g.shape), tuple(rng.integers(0, s) for s in g.shape)}:
+      def at(delta):
+        b = a.copy()
+        b[idx] += delta
+        return ref_loss(_replace(params, path, b))
+      fd = (at(h) - at(-h)) / (2 * h)
+      if abs(g[idx] - fd) > GRAD_RTOL * abs(fd) + GRAD_ATOL * gmax + GRAD_FLOOR:
+        bad.append(f"{'/'.join(path)}{list(map(int, idx))}: model {g[idx]:.6g}, finite difference {fd:.6g}")
+  assert not bad, f"{name}-{cid}: " + "; ".join(bad)
+
+
+def test_registry_and_reference_agree():
+  """Every registered name (aliases included) has a reference for the same variant, and the reference and CASES
+  name no variant the registry lacks."""
+  for key, variant in residual.REGISTRY.items():
+    assert key in ref.NAMES and ref.canonical(key) == variant.name, key
+  assert set(ref.VARIANTS) == set(VARIANTS) and set(CASES) <= set(VARIANTS)
+
+
+def test_alias_and_plain_dict_config():
+  """`sandwich` through the reference, with the config as a plain dict, gives peri_norm's model logits."""
+  mcfg, params, batch, logits, _, _ = _case("peri_norm", CASES["peri_norm"][0][0])
+  cfg = {**mcfg.to_dict(), "residual": "sandwich"}
+  want = ref.forward(params, {"model": cfg}, batch["inputs"])
+  np.testing.assert_allclose(logits, want, rtol=0, atol=LOGIT_TOL * np.abs(want).max())
+
+
+def test_reference_rejects_a_param_it_does_not_use():
+  mcfg, params, batch, _, _, _ = _case("mhc", CASES["mhc"][0][0])
+  extra = _replace(params, ("blocks", "attn_res", "new_gate"), np.zeros((mcfg.num_layers,)))
+  with pytest.raises(ref.UnusedParams, match="blocks/attn_res/new_gate"):
+    ref.forward(extra, mcfg, batch["inputs"])
+
+
+def test_admin_profiled_omegas_match_the_reference_pass_and_are_deterministic():
+  """step.init_state's omegas = the reference profiling pass on LM.init's params (omega = 1) and the same batch of
+  random bytes; the same seed gives the same omegas."""
+  import np_reference_placements
+  from resnorm import optim
+  from resnorm.residual import admin
+  cfg = tiny_config("admin", 3, **{"model.admin.profile_batch": 2})
+  mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
+  init = jax.jit(lambda r: flax.linen.unbox(step.init_state(cfg, mcfg, tx, r, 16))["params"])
+  params = jax.device_get(init(jax.random.key(3)))
+  p_rng = jax.random.split(jax.random.key(3))[0]  # init_state's params key
+  base = jax.device_get(flax.linen.unbox(LM(mcfg).init(p_rng, np.zeros((1, 16), np.int32))["params"]))
+  tokens = np.asarray(admin.profile_tokens(p_rng, 2, 16))
+  want = np_reference_placements.admin_profile(jax.tree.map(lambda a: np.asarray(a, np.float64), base), mcfg, tokens)
+  got = np.stack([params["blocks"]["attn_res"]["omega"][:, 0], params["blocks"]["mlp_res"]["omega"][:, 0]], 1)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  assert want[0, 0] == 1.0 and np.all(np.diff(want.reshape(-1)) > 0)  # the variance accumulates with depth
+  np.testing.assert_array_equal(jax.device_get(init(jax.random.key(3))["blocks"]["mlp_res"]["omega"]),
+                                params["blocks"]["mlp_res"]["omega"])
