@@ -1,7 +1,8 @@
 """Workdir files (the contracts of docs/design.md): config.json, metrics.jsonl, diagnostics.jsonl, summary.json, tb/.
 
 JSONL files are appended and flushed line by line, so a killed run leaves only whole lines; on resume, lines past
-the restored step are dropped (they will be recomputed), so no step is logged twice. summary.json is replaced
+the restored step are dropped (they will be recomputed), so no step is logged twice; a run that restores nothing
+starts over and drops every old line (step 0's diagnostics included). summary.json is replaced
 atomically. Only process 0 writes (callers construct these only there).
 """
 import json
@@ -47,7 +48,7 @@ class JsonlLog:
   def __init__(self, path: str, resume_step: int | None = None, keep_all: bool = False):
     self.path = path
     if os.path.exists(path) and not keep_all:  # keep_all: a log of records, not of training steps
-      self._truncate(resume_step or 0)
+      self._truncate(resume_step if resume_step else -1)  # a start from 0 logs step 0 again
     self.f = open(path, "a")
 
   def _truncate(self, keep_through: int) -> None:

@@ -82,3 +82,20 @@ def param_shapes(cfg):
   mcfg = configlib.model_config(cfg)
   tokens = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jax.numpy.int32)
   return flax.linen.unbox(jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"])
+
+
+@pytest.fixture(scope="session")
+def short_docs(tmp_path_factory):
+  """30 short text files of 5-45 bytes, each starting with a unique tag `<NN>`: rows of 16 tokens then hold several
+  document boundaries (packed) or need padding (data.pack=False). Use with short_config (val_fraction 0.25)."""
+  import numpy as np
+  d = tmp_path_factory.mktemp("short")
+  rng = np.random.default_rng(0)
+  for i in range(30):
+    body = "".join(chr(97 + (i + j) % 26) for j in range(int(rng.integers(1, 41))))
+    (d / f"doc{i:02d}.txt").write_text(f"<{i:02d}>{body}")
+  return str(d / "doc*.txt")
+
+
+def short_config(path, residual="pre_norm", num_layers=2, **over):
+  return text_config(path, residual, num_layers, **{"data.val_fraction": 0.25, **over})

@@ -1,9 +1,10 @@
-"""Data: the offline corpus, packing, determinism, disjoint splits, exact iterator resume, text files, TFDS."""
+"""Data: the offline corpus (disjoint splits), packing (BOS + whole documents), crop/pad (PAD never a target),
+seed shuffling, per-process shards, eval = the validation split, exact iterator resume, text files, TFDS."""
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from conftest import text_config, tiny_config
+from conftest import short_config, text_config, tiny_config
 from resnorm import corpus, data
 from resnorm.errors import InputError
 
@@ -12,14 +13,43 @@ def _cfg(stdlib_dir, **over):
   return tiny_config(**{"data.data_dir": stdlib_dir, **over})
 
 
+def _path(p):
+  return p.decode() if isinstance(p, bytes) else p
+
+
+def _stream(batches):
+  """The token stream packed rows were cut from: each row's inputs plus its last target, rows in order."""
+  return np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], 1).reshape(-1) for b in batches])
+
+
+def _with_bos(docs):
+  """What packing must produce, computed independently: BOS + document, document after document."""
+  return np.concatenate([np.concatenate([[data.BOS], np.asarray(d, np.int64)]) for d in docs])
+
+
+def _doc_order(stream, docs):
+  """Indices of the whole documents between consecutive BOS tokens (each piece must be exactly one document)."""
+  index = {bytes(np.asarray(d)): i for i, d in enumerate(docs)}
+  assert len(index) == len(docs)
+  cuts = np.flatnonzero(stream == data.BOS)
+  pieces = [bytes(stream[a + 1:b].astype(np.uint8)) for a, b in zip(cuts, cuts[1:])]
+  missing = [p for p in pieces if p not in index]
+  assert not missing, f"pieces between BOS tokens that are not whole documents: {missing[:3]}"
+  return [index[p] for p in pieces]
+
+
 def test_stdlib_corpus_split_by_path_hash_and_disjoint(stdlib_dir):
   files = corpus.stdlib_files()
   assert len(files) > 100
   val = {rel for rel, _ in files if corpus.split_of(rel) == "validation"}
   assert 0 < len(val) < len(files) / 5
   src = tfds.data_source(f"pystdlib/{corpus.config_name()}", split="validation", data_dir=stdlib_dir)
-  paths = {src[i]["path"].decode() if isinstance(src[i]["path"], bytes) else src[i]["path"] for i in range(len(src))}
+  paths = {_path(src[i]["path"]) for i in range(len(src))}
   assert paths == val
+  train = tfds.data_source(f"pystdlib/{corpus.config_name()}", split="train", data_dir=stdlib_dir)
+  train_paths = [_path(train[i]["path"]) for i in range(len(train))]
+  assert len(set(train_paths)) == len(train_paths) and not set(train_paths) & val  # disjoint splits
+  assert set(train_paths) | val == {rel for rel, _ in files}
   rel, path = next((r, p) for r, p in files if r in paths)
   doc = next(src[i]["tokens"] for i in range(len(src)) if src[i]["path"] in (rel, rel.encode()))
   assert doc.tobytes() == path.read_bytes()
@@ -40,14 +70,61 @@ def test_batches_are_packed_shifted_and_deterministic(stdlib_dir):
   assert not np.array_equal(other["inputs"], x["inputs"])
 
 
-def test_packing_concatenates_documents_with_bos(text_corpus):
-  cfg = text_config(text_corpus, **{"data.seq_len": 64})
-  rows = [next(data.train_iterator(cfg))["inputs"] for _ in range(1)][0]
-  flat = np.concatenate([r for r in rows])
-  assert (flat == data.BOS).sum() >= 1  # document boundaries are marked
-  cfg = text_config(text_corpus, **{"data.seq_len": 64, "data.pack": False})
-  x = next(data.train_iterator(cfg))
-  assert (x["inputs"][:, 0] == data.BOS).all()  # cropped: every row is the start of a document
+def test_packing_concatenates_whole_documents_each_after_bos(short_docs):
+  """Packed rows, concatenated, are BOS + document, document after document: every document of the first epoch
+  exactly once, whole, in an order set by the seed."""
+  cfg = short_config(short_docs)
+  docs = list(data.documents(cfg.data, "train"))
+  assert len(docs) == 30
+
+  def first_epoch(seed):
+    it = data.train_iterator(short_config(short_docs, seed=seed))
+    batches = [next(it) for _ in range(12)]
+    for b in batches:
+      assert b["mask"].all() and b["inputs"].shape == (4, 16)  # packed rows are full
+    s = _stream(batches)
+    assert s[0] == data.BOS  # the stream starts at a document's start
+    order = _doc_order(s, docs)
+    assert len(order) >= 30 and sorted(order[:30]) == list(range(30)), order
+    return order[:30]
+
+  a = first_epoch(0)
+  assert first_epoch(0) == a and first_epoch(1) != a  # shuffled with the seed, reproducibly
+  assert a != sorted(a)
+
+
+def test_unpacked_rows_are_one_document_cropped_or_padded(short_docs):
+  cfg = short_config(short_docs, **{"data.pack": False})
+  docs = {bytes(np.asarray(d)[:3]): np.asarray(d) for d in data.documents(cfg.data, "train")}  # tag `<NN` -> doc
+  it = data.train_iterator(cfg)
+  batches = [next(it) for _ in range(4)]
+  tags = []
+  for b in batches:
+    rows = np.concatenate([b["inputs"], b["targets"][:, -1:]], 1)
+    for row in rows:
+      assert row[0] == data.BOS
+      doc = docs[bytes(row[1:4].astype(np.uint8))]
+      tags.append(bytes(doc[:3]))
+      want = np.concatenate([[data.BOS], doc[:16], np.full(16 - min(doc.size, 16), data.PAD)])
+      np.testing.assert_array_equal(row, want)
+    np.testing.assert_array_equal(b["mask"], (b["targets"] != data.PAD).astype(np.float32))  # PAD never a target
+  masks = np.concatenate([b["mask"] for b in batches])
+  assert (masks.sum(1) < 16).sum() >= 4 and (masks.sum(1) == 16).sum() >= 2  # padded rows and cropped rows
+  assert len(set(tags)) == len(tags)  # 16 rows of one epoch: no document twice
+
+
+def test_each_process_reads_its_own_documents(short_docs):
+  cfg = short_config(short_docs)
+  docs = list(data.documents(cfg.data, "train"))
+  seen = []
+  for p in range(2):
+    it = iter(data.dataset(cfg.data, "train", 4, cfg.seed, True, p, 2))
+    batches = [next(it) for _ in range(12)]
+    assert batches[0]["inputs"].shape == (2, 16)
+    order = _doc_order(_stream(batches), docs)
+    assert len(order) >= 15 and len(set(order[:15])) == 15
+    seen.append(set(order[:15]))
+  assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 30
 
 
 def test_iterator_state_resumes_exactly(stdlib_dir):
@@ -63,11 +140,27 @@ def test_iterator_state_resumes_exactly(stdlib_dir):
     np.testing.assert_array_equal(next(fresh)["inputs"], e["inputs"])
 
 
-def test_eval_batches_fixed_and_from_validation(stdlib_dir):
+def _assert_eval_is_validation_prefix(cfg):
+  """Eval batches are the unshuffled validation split, packed: the first rows of BOS + doc, doc after doc."""
+  batches = data.eval_batches(cfg)
+  assert len(batches) == cfg.data.eval_batches
+  got = _stream(batches)
+  docs, n = [], 0
+  for d in data.documents(cfg.data, "validation"):
+    docs.append(d)
+    n += d.size + 1
+    if n >= got.size:
+      break
+  np.testing.assert_array_equal(got, _with_bos(docs)[:got.size])
+  return batches
+
+
+def test_eval_batches_fixed_and_from_validation(stdlib_dir, short_docs):
   cfg = _cfg(stdlib_dir)
-  a, b = data.eval_batches(cfg), data.eval_batches(cfg)
-  assert len(a) == cfg.data.eval_batches
+  a = _assert_eval_is_validation_prefix(cfg)
+  b = data.eval_batches(cfg)
   np.testing.assert_array_equal(a[1]["inputs"], b[1]["inputs"])
+  _assert_eval_is_validation_prefix(short_config(short_docs, **{"data.eval_batches": 3}))
 
 
 def test_process_shards_are_disjoint(stdlib_dir):
@@ -85,7 +178,10 @@ def test_text_files_split_head_tail(text_corpus):
   cfg = text_config(text_corpus)
   train, val = data.documents(cfg.data, "train"), data.documents(cfg.data, "validation")
   assert len(train) == len(val) == 2
-  assert all(len(v) < len(t) / 10 for t, v in zip(train, val))
+  for i, (t, v) in enumerate(zip(train, val)):  # head | tail of each file: no byte in both, none lost
+    raw = np.frombuffer(open(text_corpus.replace("*", str(i)), "rb").read(), np.uint8)
+    np.testing.assert_array_equal(np.concatenate([t, v]), raw)
+    assert v.size == raw.size - int(raw.size * 0.95)
 
 
 @pytest.mark.parametrize("paths,msg", [("", "data.paths is empty"), ("/nonexistent/*.txt", "matches no file")])

@@ -34,9 +34,18 @@ def test_taps_are_depth_ordered_sublayer_inputs(diag):
   cos = cos.reshape(5, -1)
   np.testing.assert_allclose(out["stats"]["cos_next_median"], np.median(cos, axis=1), rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(out["stats"]["cos_next_p05"], np.percentile(cos, 5, axis=1), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(out["stats"]["cos_next_p95"], np.percentile(cos, 95, axis=1), rtol=1e-5, atol=1e-6)
   f = np.asarray(taps["f"], np.float64)
   ratio = (np.linalg.norm(f, axis=-1) / np.linalg.norm(u, axis=-1)).mean(axis=(1, 2))
   np.testing.assert_allclose(out["stats"]["update_ratio"], ratio, rtol=1e-5)
+  last = u[:, :, -1] / np.linalg.norm(u[:, :, -1], axis=-1, keepdims=True)     # [S, B, D], the last token
+  ang = np.arccos(np.clip(np.einsum("sbd,rbd->srb", last, last), -1, 1)).mean(-1) / np.pi
+  np.testing.assert_allclose(out["angular"], ang, atol=2e-3)  # arccos near 1 amplifies float32 rounding
+  assert np.abs(ang - np.diag(np.diag(ang))).max() > 0.01
+  if "mix" in taps:  # hc: row / column sums of H_res off 1, the worst token
+    mix = np.asarray(taps["mix"], np.float64)
+    np.testing.assert_allclose(out["stats"]["mix_row_err"], np.abs(mix.sum(-1) - 1).max(axis=(1, 2, 3)), atol=1e-6)
+    np.testing.assert_allclose(out["stats"]["mix_col_err"], np.abs(mix.sum(-2) - 1).max(axis=(1, 2, 3)), atol=1e-6)
 
 
 def test_grad_norm_of_stacked_axis_equals_per_layer_norms(diag):
@@ -57,6 +66,10 @@ def test_report_schema(diag):
   rows = res["sublayers"]
   assert [r["index"] for r in rows] == list(range(6)) and [r["kind"] for r in rows[:2]] == ["attn", "mlp"]
   assert rows[-1]["cos_next_median"] is None and rows[0]["cos_next_median"] is not None
+  assert [r["layer"] for r in rows] == [0, 0, 1, 1, 2, 2]
+  for r in rows:
+    assert r["grad_norm"] == pytest.approx(float(out["grad_sumsq"][r["index"]]) ** 0.5, rel=1e-6)
+    assert r["act_rms"] == pytest.approx(float(out["stats"]["act_rms"][r["index"]]), rel=1e-6)
   assert np.array(res["angular_distance"]).shape == (6, 6)
   np.testing.assert_allclose(np.diag(np.array(res["angular_distance"])), 0.0, atol=2e-3)
   if cfg.model.residual == "hc":
@@ -68,6 +81,19 @@ def test_cosine_of_identical_inputs_is_one():
   stats = diagnostics.tap_stats({"u": u, "f": u})
   np.testing.assert_allclose(stats["cos_next_median"], 1.0, rtol=1e-6)
   np.testing.assert_allclose(stats["cos_next_p05"], 1.0, rtol=1e-6)
+
+
+def test_mix_errors_on_non_doubly_stochastic_matrices():
+  """Row and column sums of H_res off 1, the worst token per sublayer, on random matrices whose row and column
+  errors differ (at init HC's A_r = I and mHC's Sinkhorn output have both errors ~0, so they cannot tell them apart)."""
+  rng = np.random.default_rng(0)
+  mix = rng.uniform(0, 0.6, (3, 2, 4, 3, 3))
+  u = rng.normal(size=(3, 2, 4, 8))
+  stats = diagnostics.tap_stats({"u": jnp.asarray(u), "f": jnp.asarray(u), "mix": jnp.asarray(mix, jnp.float32)})
+  row, col = np.abs(mix.sum(-1) - 1).max(axis=(1, 2, 3)), np.abs(mix.sum(-2) - 1).max(axis=(1, 2, 3))
+  assert np.abs(row - col).min() > 0.01
+  np.testing.assert_allclose(stats["mix_row_err"], row, rtol=1e-5)
+  np.testing.assert_allclose(stats["mix_col_err"], col, rtol=1e-5)
 
 
 def test_composite_gains_match_numpy():
@@ -94,6 +120,49 @@ def test_spike_detector():
   losses[40] = 4.0
   flags = [det.update(i, l) for i, l in enumerate(losses)]
   assert flags[40] and sum(flags) == 1 and det.events[0]["step"] == 40
+  early = diagnostics.SpikeDetector(k=6, warmup=20)
+  jumps = losses[:19] + [9.0]  # the 20th loss is still inside the warmup: never a spike
+  assert not any(early.update(i, l) for i, l in enumerate(jumps)) and not early.events
+
+
+def _np_ema(losses, decay=0.98):
+  mean, var = losses[0], 0.0
+  for x in losses[1:]:
+    d = x - mean
+    mean += (1 - decay) * d
+    var = decay * (var + (1 - decay) * d * d)
+  return mean, var ** 0.5
+
+
+def test_spike_threshold_is_ema_plus_6_sigma():
+  """A loss 5 sigma above the EMA of the losses before it is not a spike, 7 sigma is (sigma: EMA of the squared
+  deviations, decay 0.98, computed here)."""
+  losses = list(3.0 + 0.02 * np.random.default_rng(1).standard_normal(40))
+  mean, sigma = _np_ema(losses)
+  assert sigma > 5e-3  # well above the 1e-3 floor
+  for k, spike in ((5.0, False), (7.0, True)):
+    det = diagnostics.SpikeDetector()
+    for i, l in enumerate(losses):
+      assert not det.update(i, l)
+    assert det.update(40, mean + k * sigma) == spike, (k, det.mean, mean, det.var ** 0.5, sigma)
+
+
+def test_spike_detector_state_survives_a_resume():
+  """state() -> JSON (the checkpoint's host item) -> load(): the resumed detector continues exactly."""
+  import json
+  losses = list(3.0 + 0.01 * np.random.default_rng(2).standard_normal(80))
+  losses[30], losses[70] = 4.0, 5.0
+  full = diagnostics.SpikeDetector()
+  for i, l in enumerate(losses):
+    full.update(i, l)
+  first = diagnostics.SpikeDetector()
+  for i, l in enumerate(losses[:50]):
+    first.update(i, l)
+  resumed = diagnostics.SpikeDetector()
+  resumed.load(json.loads(json.dumps(first.state())))
+  for i, l in enumerate(losses[50:], start=50):
+    resumed.update(i, l)
+  assert resumed.state() == full.state() and [e["step"] for e in full.events] == [30, 70]
 
 
 def _train_tiny(name, steps=40, **over):

@@ -10,14 +10,32 @@ from conftest import param_shapes, tiny_config
 from resnorm import configlib, optim
 
 
+def _np_schedule(name, lr, warm, total, ratio):
+  """The README's schedules written out: linear warmup 0 -> lr over `warm` steps, then the decay over the rest."""
+  out = []
+  for s in range(total + 1):
+    if s < warm:
+      out.append(lr * s / warm)
+      continue
+    k, rest = s - warm, total - warm
+    if name == "cosine":
+      out.append(lr * (ratio + (1 - ratio) * 0.5 * (1 + np.cos(np.pi * min(k, rest) / rest))))
+    elif name == "linear":
+      out.append(lr + (lr * ratio - lr) * min(k, rest) / rest)
+    elif name == "rsqrt":
+      out.append(lr / np.sqrt(1 + k / warm))
+    else:
+      out.append(lr)
+  return np.array(out)
+
+
 @pytest.mark.parametrize("name", configlib.SCHEDULES)
 def test_schedule_warmup_then_decay(name):
   cfg = tiny_config(**{"train.steps": 100, "train.warmup_steps": 10, "train.lr": 1e-3, "train.schedule": name,
                        "train.min_lr_ratio": 0.1})
   sched = optim.schedule(cfg.train)
   lrs = np.array([float(sched(s)) for s in range(101)])
-  np.testing.assert_allclose(lrs[:11], np.linspace(0, 1e-3, 11), rtol=1e-5, atol=1e-9)  # linear warmup from 0
-  assert np.all(np.diff(lrs[10:]) <= 1e-12)
+  np.testing.assert_allclose(lrs, _np_schedule(name, 1e-3, 10, 100, 0.1), rtol=1e-5, atol=1e-9)
   end = {"cosine": 1e-4, "linear": 1e-4, "constant": 1e-3, "rsqrt": 1e-3 / np.sqrt(1 + 90 / 10)}[name]
   np.testing.assert_allclose(lrs[100], end, rtol=1e-4)
 
@@ -69,3 +87,29 @@ def test_ngpt_weights_stay_unit_norm_after_a_step():
       np.testing.assert_allclose(np.linalg.norm(w, axis=axes[path[-1]]), 1.0, rtol=1e-5, err_msg=str(path))
     else:
       np.testing.assert_allclose(w, flat_adam[path], rtol=1e-6, err_msg=str(path))
+
+
+# Leaf names that get weight decay, per variant, written from the README ("weight matrices (q, k, v, o, MLP, head)
+# and a variant's declared dynamic weights (HC's W, mHC's phi); never norms, gates, static HC matrices, or the
+# embedding").
+MATRICES = {"q", "k", "v", "o", "wi", "wo", "head"}
+DECAYED = {"pre_norm": MATRICES, "post_norm": MATRICES, "peri_norm": MATRICES, "deepnorm": MATRICES,
+           "rezero": MATRICES, "ln_scaling": MATRICES, "mix_ln": MATRICES,
+           "hc": MATRICES | {"w_alpha", "w_beta"}, "mhc": MATRICES | {"phi"}, "mhc_lite": MATRICES | {"phi"},
+           "admin": MATRICES, "resi_dual": MATRICES, "hybrid_norm": MATRICES, "ngpt": MATRICES,
+           # the DenseFormer authors' DWA weights are nn.Linear weights, decayed (residual/denseformer.py)
+           "denseformer": MATRICES | {"alpha"}}
+
+
+@pytest.mark.parametrize("name", sorted(DECAYED))
+def test_decay_mask_is_the_readme_list(name):
+  for over in ({}, {"model.pos": "learned", "model.tie_embed": True}):
+    cfg = tiny_config(name, 2, **over)
+    flat = flax.traverse_util.flatten_dict(optim.decay_mask(param_shapes(cfg), cfg))
+    decayed = {k[-1] for k, v in flat.items() if v}
+    kept = {k[-1] for k, v in flat.items() if not v}
+    want = DECAYED[name] - ({"head"} if cfg.model.tie_embed else set())
+    assert decayed == want and not decayed & kept, (name, decayed ^ want, decayed & kept)
+    gate = {"rezero": "alpha", "ngpt": "alpha"}.get(name, "scale")
+    assert "embed" in kept and gate in kept
+    assert "pos_embed" in kept or cfg.model.pos == "rope"

@@ -114,6 +114,34 @@ def test_deepnorm_constants_at_48_layers():
   assert round(alpha, 2) == 3.13 and round(beta, 2) == 0.23
 
 
+def test_deepnorm_sublayer_is_norm_of_alpha_x_plus_f():
+  """x <- N(alpha x + F(x)), alpha = (2M)^(1/4) for M = 4 layers (8^(1/4) = 1.6818), with a real LayerNorm and a
+  non-linear F; and the init of v, o, wi, wo is Pre-Norm's draw times beta = (8M)^(-1/4) = 32^(-1/4), q and k as is."""
+  from resnorm.norms import make_norm
+  from resnorm.residual.classic import DeepNorm
+  cfg = configlib.model_config(tiny_config("deepnorm", 4))
+  x = jax.random.normal(jax.random.key(0), (2, 5, 32))
+  branch = lambda u: jnp.tanh(u[..., ::-1]) * 3.0
+  norm = make_norm(cfg, "n")
+  norm_params = norm.init(jax.random.key(2), x)
+  apply_norm = lambda u: norm.apply(norm_params, u)
+  out, _ = DeepNorm(cfg).apply({}, x, branch, apply_norm, 1, 2)
+  xs = np.asarray(x, np.float64)
+  h = 8 ** 0.25 * xs + np.tanh(xs[..., ::-1]) * 3.0
+  ref = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5)
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+  from resnorm.model import LM
+
+  def init(name):
+    m = configlib.model_config(tiny_config(name, 4))
+    return flax.linen.unbox(jax.jit(LM(m).init)(jax.random.key(0), jnp.zeros((1, 16), jnp.int32))["params"])
+  pre, deep = init("pre_norm"), init("deepnorm")
+  for blk, name in (("attn", "q"), ("attn", "k"), ("attn", "v"), ("attn", "o"), ("mlp", "wi"), ("mlp", "wo")):
+    scale = 32 ** -0.25 if name in ("v", "o", "wi", "wo") else 1.0
+    np.testing.assert_allclose(deep["blocks"][blk][name], np.asarray(pre["blocks"][blk][name]) * scale, rtol=1e-6,
+                               err_msg=name)
+
+
 def test_mix_ln_split_and_segments():
   cfg = tiny_config("mix_ln", 8)
   assert mix_ln_split(cfg.model) == 2

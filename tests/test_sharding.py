@@ -63,3 +63,38 @@ def test_mesh_shape_errors():
     sharding.mesh_shape(M, 8)
   M.tensor = 2
   assert sharding.mesh_shape(M, 8) == (2, 2, 2)
+
+
+def _mesh_specs(cfg):
+  """{param path: mesh PartitionSpec} from the params' logical axis names and sharding.RULES (no devices needed)."""
+  import flax
+  import flax.linen as nn
+  import jax
+  from resnorm import configlib
+  from resnorm.model import LM
+  mcfg = configlib.model_config(cfg)
+  tokens = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jax.numpy.int32)
+  boxed = jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"]
+  specs = nn.get_partition_spec(boxed)
+  flat = flax.traverse_util.flatten_dict(specs, is_leaf=lambda _, x: isinstance(x, jax.sharding.PartitionSpec))
+  return {"/".join(k): tuple(nn.logical_to_mesh_axes(v, sharding.RULES)) for k, v in flat.items()}
+
+
+def test_rules_place_params_and_batch_as_the_readme_says():
+  """Params FSDP-sharded on their embed axis; heads, MLP and vocab on tensor; the batch on (data, fsdp); the
+  layers axis, norms and RoPE-free kv never sharded. Written from the README, not read from the rules."""
+  from conftest import tiny_config
+  got = _mesh_specs(tiny_config("hc", 2, **{"model.pos": "learned"}))
+  want = {
+      "embed": ("tensor", "fsdp"), "head": ("fsdp", "tensor"), "pos_embed": (None, "fsdp"),
+      "blocks/attn/q": (None, "fsdp", "tensor", None), "blocks/attn/k": (None, "fsdp", "tensor", None),
+      "blocks/attn/v": (None, "fsdp", "tensor", None), "blocks/attn/o": (None, "tensor", None, "fsdp"),
+      "blocks/mlp/wi": (None, "fsdp", "tensor"), "blocks/mlp/wo": (None, "tensor", "fsdp"),
+      "blocks/attn_norm/scale": (None, None), "blocks/attn_res/w_alpha": (None, "fsdp", None),
+  }
+  for k, v in want.items():
+    assert got[k] == v, (k, got[k], v)
+  assert got["final_norm/scale"] == (None,)
+  from jax.sharding import PartitionSpec as P
+  import flax.linen as nn
+  assert nn.logical_to_mesh_axes(("batch", "seq"), sharding.RULES) == P(("data", "fsdp"), None)

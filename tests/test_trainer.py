@@ -1,6 +1,10 @@
-"""The loop: resume == uninterrupted, metrics without duplicates, divergence as a result."""
+"""The loop: a real resume == uninterrupted, metrics without duplicates, resume refused for another model,
+host state restored, divergence as a result."""
+import contextlib
+import io
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -23,26 +27,50 @@ def _final_params(cfg, path, step):
   return state
 
 
-def test_resume_equals_uninterrupted(tmp_path, text_corpus):
+def _train_captured(cfg, path):
+  """trainer.train with its stdout and stderr captured (the module fixture cannot use capfd)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = trainer.train(cfg, path)
+  return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hc_runs(tmp_path_factory, text_corpus):
+  """hc, 6 steps, checkpoints at 3 and 6: `a` uninterrupted; `b` the same, then crashed after the step-3
+  checkpoint (step 6's checkpoint gone, a half-written metrics line) and rerun. Returns (cfg, a, b, the
+  rerun's stdout and stderr)."""
   cfg = text_config(text_corpus, "hc")
-  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  root = tmp_path_factory.mktemp("hc_runs")
+  a, b = str(root / "a"), str(root / "b")
   assert trainer.train(cfg, a) == 0
   assert trainer.train(cfg, b) == 0
-  # simulate a crash after the step-3 checkpoint: the last checkpoint and the summary never happened
   shutil.rmtree(os.path.join(b, "checkpoints", "6"))
   with open(os.path.join(b, "metrics.jsonl"), "a") as f:
     f.write('{"step": 5, "loss": 1.0')  # a half-written line from the killed process
-  assert trainer.train(cfg, b) == 0
+  code, out, err = _train_captured(cfg, b)
+  assert code == 0, err
+  return cfg, a, b, out, err
+
+
+def test_resume_equals_uninterrupted(hc_runs):
+  cfg, a, b, out, err = hc_runs
+  # it resumed (from step 3, the newest checkpoint) and trained only the 3 remaining steps; not a restart that
+  # happens to reproduce the same numbers after quarantining an unloadable checkpoint
+  assert "resumed from checkpoint step 3" in out and "done: 3 steps" in out, out
+  assert "cannot be restored" not in err and not os.path.exists(os.path.join(b, "checkpoints.corrupt")), err
   ma, mb = _metrics(a), _metrics(b)
   assert ma == mb  # identical losses, and no step logged twice
   steps = [m["step"] for m in mb if "loss" in m]
   assert steps == sorted(set(steps)) == list(range(1, 7))
+  evals = {m["step"]: m["eval_loss"] for m in mb if "eval_loss" in m}
+  assert list(evals) == [3, 6]  # every train.eval_every steps and at the end
   pa, pb = _final_params(cfg, a, 6), _final_params(cfg, b, 6)
   for x, y in zip(_leaves(pa), _leaves(pb)):
     np.testing.assert_array_equal(x, y)
   summary = json.load(open(os.path.join(b, "summary.json")))
   assert summary["status"] == "completed" and summary["step"] == 6 and summary["params"] > 0
-  assert summary["flops_per_token"] > 0 and summary["final_eval_loss"] is not None
+  assert summary["flops_per_token"] > 0 and summary["final_eval_loss"] == evals[6]
 
 
 def _leaves(tree):
@@ -67,11 +95,48 @@ def test_skip_nonfinite_counts_then_stops(tmp_path, text_corpus):
   assert summary["diverged_step"] == 4 and summary["skipped_steps"] == 3 and "max_skipped" in summary["reason"]
 
 
-def test_resume_with_another_residual_is_refused(tmp_path, text_corpus):
-  out = str(tmp_path / "r")
-  cfg = text_config(text_corpus, **{"train.steps": 3})
-  assert trainer.train(cfg, out) == 0
-  before = sorted(os.listdir(out))
-  with pytest.raises(InputError, match="model.residual='pre_norm' but the config asks for model.residual='hc'"):
-    trainer.train(text_config(text_corpus, "hc", **{"train.steps": 3}), out)
-  assert sorted(os.listdir(out)) == before
+@pytest.mark.parametrize("over,msg", [
+    ({"model.residual": "pre_norm"}, "model.residual='hc' but the config asks for model.residual='pre_norm'"),
+    ({"model.hc.n": 2}, "model.hc.n=4 but the config asks for model.hc.n=2"),
+    ({"model.hc.dynamic": False}, "model.hc.dynamic=True but the config asks for model.hc.dynamic=False"),
+    ({"model.num_layers": 3}, "model.num_layers=2 but the config asks for model.num_layers=3"),
+])
+def test_resume_with_another_model_is_refused(hc_runs, tmp_path, over, msg):
+  """Checked against config.json and, without it, against the newest checkpoint's stored config; nothing changes."""
+  cfg, a, _, _, _ = hc_runs
+  wd = str(tmp_path / "a")
+  shutil.copytree(a, wd)
+  other = text_config(cfg.data.paths, "hc", **over)
+  for drop_config_json in (False, True):
+    if drop_config_json:
+      os.remove(os.path.join(wd, "config.json"))
+    before = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(wd) for f in fs}
+    with pytest.raises(InputError, match=re.escape(msg)):
+      trainer.train(other, wd)
+    assert {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(wd) for f in fs} == before
+
+
+def test_runtime_fields_and_other_variants_settings_still_resume(hc_runs, tmp_path):
+  """remat, kernels and another variant's settings do not change the model: the finished run is accepted (and
+  exits at once as completed)."""
+  cfg, a, _, _, _ = hc_runs
+  wd = str(tmp_path / "a")
+  shutil.copytree(a, wd)
+  other = text_config(cfg.data.paths, "hc", **{"model.remat": "full", "model.kernels": "reference",
+                                               "model.mhc.n": 2, "model.mix_ln.post_fraction": 0.5})
+  code, out, _ = _train_captured(other, wd)
+  assert code == 0 and "resumed from checkpoint step 6" in out and "compiled" not in out
+
+
+def test_resume_restores_the_host_state(hc_runs):
+  """The checkpoint's host item: the spike detector's state (6 losses seen) and the last train / eval losses come
+  back with the step, so spike detection and summary.json continue where the run stopped."""
+  cfg, a, _, _, _ = hc_runs
+  summary = json.load(open(os.path.join(a, "summary.json")))
+  t = trainer.Trainer(cfg, a)
+  try:
+    _, start = t._restore()
+  finally:
+    t.ckpt.close()
+  assert start == 6 and t.spikes.n == 6 and t.spikes.mean > 0
+  assert t.last["loss"] == summary["final_train_loss"] and t.last["eval"]["eval_loss"] == summary["final_eval_loss"]

@@ -1,0 +1,123 @@
+"""Config checks in-process (each README bad input -> InputError naming the field) and checkpoint compatibility,
+nested variant settings included. No subprocess: test_cli and test_reliability run the same checks end to end."""
+import pytest
+
+from conftest import tiny_config
+from resnorm import configlib, runtime
+from resnorm.errors import InputError
+
+BAD = [
+    ("pre_norm", {"model.residual": "nope"}, "model.residual='nope' is unknown"),
+    ("pre_norm", {"model.norm": "batchnorm"}, "model.norm='batchnorm'"),
+    ("pre_norm", {"train.schedule": "step"}, "train.schedule='step'"),
+    ("pre_norm", {"model.init": "kaiming"}, "model.init='kaiming'"),
+    ("pre_norm", {"model.remat": "some"}, "model.remat='some'"),
+    ("pre_norm", {"model.dtype": "float16"}, "model.dtype='float16'"),
+    ("pre_norm", {"model.pos": "alibi"}, "model.pos='alibi'"),
+    ("pre_norm", {"model.kernels": "triton"}, "model.kernels='triton'"),
+    ("pre_norm", {"model.num_heads": 3}, "model.num_heads=3 must divide"),
+    ("pre_norm", {"model.num_layers": 0}, "model.num_layers=0"),
+    ("pre_norm", {"data.seq_len": 1}, "data.seq_len=1"),
+    ("pre_norm", {"train.lr": 0.0}, "train.lr=0.0"),
+    ("pre_norm", {"train.lr": -1e-3}, "train.lr=-0.001"),
+    ("pre_norm", {"train.warmup_steps": 7}, "train.warmup_steps=7"),
+    ("pre_norm", {"train.grad_clip": -1.0}, "train.grad_clip=-1.0"),
+    ("pre_norm", {"train.batch_size": 0}, "train.batch_size=0"),
+    ("pre_norm", {"train.steps": 0}, "train.steps=0"),
+    ("pre_norm", {"data.val_fraction": 1.0}, "data.val_fraction=1.0"),
+    ("pre_norm", {"data.eval_batches": 0}, "data.eval_batches=0"),
+    ("pre_norm", {"train.ckpt_every": 0}, "train.ckpt_every=0"),
+    ("pre_norm", {"model.pos": "learned", "model.max_len": 8}, "data.seq_len=16 exceeds model.max_len=8"),
+    ("pre_norm", {"model.num_heads": 32, "model.d_model": 32}, "needs an even head dim"),
+    ("pre_norm", {"ckpt.keep": 0}, "ckpt.keep=0"),
+    ("hc", {"model.hc.n": 0}, "model.hc.n=0"),
+    ("mhc", {"model.mhc.n": 0}, "model.mhc.n=0"),
+    ("mhc", {"model.mhc.sinkhorn_iters": 0}, "model.mhc.sinkhorn_iters=0"),
+    ("mhc", {"model.mhc.init": "random"}, "model.mhc.init='random'"),
+    ("mix_ln", {"model.mix_ln.post_fraction": 1.5}, "model.mix_ln.post_fraction=1.5"),
+    ("deepnorm", {"model.init": "gpt2"}, "model.init='gpt2'"),
+    ("ln_scaling", {"model.init": "gpt2"}, "model.init='gpt2'"),
+]
+
+
+@pytest.mark.parametrize("residual,over,msg", BAD, ids=[m for _, _, m in BAD])
+def test_validate_names_the_field(residual, over, msg):
+  cfg = tiny_config(residual, **over)
+  with pytest.raises(InputError, match=msg.replace("(", r"\(").replace("[", r"\[")):
+    configlib.validate(cfg)
+
+
+def test_good_configs_pass():
+  for residual in ("pre_norm", "hc", "mhc", "mix_ln", "deepnorm", "rezero"):
+    configlib.validate(tiny_config(residual))
+
+
+def test_batch_not_divisible_by_data_parallel_size():
+  cfg = tiny_config(**{"train.batch_size": 3, "mesh.data": 1})
+  runtime.build(cfg)  # one device: any batch
+  import jax
+  devices = jax.devices() * 2  # a two-device data axis, without needing two devices to exist
+  with pytest.raises(InputError, match="train.batch_size=3 is not divisible by the data-parallel size 2"):
+    runtime.build(tiny_config(**{"train.batch_size": 3, "mesh.data": -1}), devices=devices)
+
+
+def _stored(cfg):
+  return configlib.to_json(cfg)
+
+
+# (residual of the stored run, the changed key, the new value): every one changes the model, so it is refused.
+REFUSED = [
+    ("pre_norm", "model.residual", "post_norm"),
+    ("pre_norm", "model.num_layers", 3),
+    ("pre_norm", "model.d_model", 64),
+    ("pre_norm", "model.num_heads", 4),
+    ("pre_norm", "model.mlp_dim", 128),
+    ("pre_norm", "model.norm", "rmsnorm"),
+    ("pre_norm", "model.pos", "learned"),
+    ("pre_norm", "model.tie_embed", True),
+    ("pre_norm", "model.final_norm", False),
+    ("pre_norm", "model.norm_stats_dtype", "compute"),
+    ("hc", "model.hc.n", 2),
+    ("hc", "model.hc.dynamic", False),
+    ("hc", "model.hc.tanh", False),
+    ("mhc", "model.mhc.n", 2),
+    ("mhc", "model.mhc.sinkhorn_iters", 5),
+    ("mhc", "model.mhc.init", "uniform"),
+    ("mix_ln", "model.mix_ln.post_fraction", 0.5),
+    ("rezero", "model.rezero.alpha_init", 0.5),
+    ("rezero", "model.rezero.share_gate", True),
+]
+
+
+@pytest.mark.parametrize("residual,key,val", REFUSED, ids=[f"{r}:{k}" for r, k, _ in REFUSED])
+def test_another_model_is_refused_naming_both_values(residual, key, val):
+  stored = _stored(tiny_config(residual))
+  cfg = tiny_config(residual, **{key: val})
+  old = stored
+  for part in key.split("."):
+    old = old[part]
+  with pytest.raises(InputError, match=f"with {key}={old!r} but the config asks for {key}={val!r}"):
+    configlib.check_compatible(stored, cfg, "runs/x")
+
+
+ACCEPTED = [
+    ("pre_norm", {"model.dtype": "bfloat16", "model.remat": "full", "model.kernels": "reference"}),
+    ("pre_norm", {"model.hc.n": 2, "model.mhc.n": 8, "model.mix_ln.post_fraction": 0.5}),  # other variants' keys
+    ("hc", {"model.mhc.sinkhorn_iters": 3, "model.rezero.alpha_init": 1.0}),
+    ("mhc", {"model.hc.n": 2}),
+    ("pre_norm", {"train.lr": 0.5, "train.steps": 100, "data.seq_len": 32, "seed": 3}),  # not model fields
+]
+
+
+@pytest.mark.parametrize("residual,over", ACCEPTED)
+def test_runtime_and_unrelated_changes_resume(residual, over):
+  configlib.check_compatible(_stored(tiny_config(residual)), tiny_config(residual, **over), "runs/x")
+
+
+def test_fields_added_later_default_to_what_old_runs_computed():
+  stored = _stored(tiny_config("pre_norm"))
+  for key in configlib.ADDED_MODEL_FIELDS:
+    del stored["model"][key]
+  configlib.check_compatible(stored, tiny_config("pre_norm"), "runs/x")
+  with pytest.raises(InputError, match="model.final_norm=True but the config asks for model.final_norm=False"):
+    configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.final_norm": False}), "runs/x")
