@@ -35,6 +35,7 @@ def test_resume_equals_uninterrupted(tmp_path, text_corpus):
   assert trainer.train(cfg, b) == 0
   ma, mb = _metrics(a), _metrics(b)
   assert ma == mb  # identical losses, and no step logged twice
+  assert [m["step"] for m in mb if "unigram_eval_loss" in m] == [3]  # once per run: the first eval, not again
   steps = [m["step"] for m in mb if "loss" in m]
   assert steps == sorted(set(steps)) == list(range(1, 7))
   pa, pb = _final_params(cfg, a, 6), _final_params(cfg, b, 6)
