@@ -121,7 +121,8 @@ def profile_pngs(history: list[tuple[int, list[dict]]], title: str, earlier: int
     fig, ax = plt.subplots(figsize=(6, 3.2))
     for i, (s, r) in enumerate(old):
       ax.plot(_col(r, key), color=cmap(i / max(len(old), 1)), lw=0.8, alpha=0.7, label=f"step {s}")
-    draw(ax, rows, f"{title} step {step}")
+    draw(ax, rows, "")
+    fig.text(0.55, 0.98, f"{title} step {step}", ha="center", va="top")  # an axes title costs a 2nd tick layout
     ax.legend(fontsize=6, ncol=2)
     fig.subplots_adjust(left=0.14, right=0.98, bottom=0.15, top=0.9)
     buf = io.BytesIO()
