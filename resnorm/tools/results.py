@@ -131,7 +131,7 @@ def trained_section(fig_dir: str, root: str) -> list[str]:
         cells.append(f"{row['final_eval_loss']:.3f}" + (" stalled" if row["stalled"] else "")
                      if row["status"] == "completed" else f"{row['status']} @ {row['diverged_step']}")
         if row["stalled"] or row["status"] == "diverged":  # stalled (learned no more than byte frequencies) apart
-          ax.text(j, i, "stalled" if row["stalled"] else "diverged", ha="center", va="center", fontsize=7,
+          ax.text(j, i, "stalled" if row["stalled"] else "diverged", ha="center", va="center", fontsize=6,
                   color="white" if row["stalled"] else "black")
     table.append(f"| {v} | " + " | ".join(cells) + " |")
     arr = [[float("nan") if x is None else x for x in r] for r in grid]
