@@ -81,6 +81,13 @@ def documents(dcfg, split: str) -> grain.MapDataset:
   return grain.MapDataset.source(_tfds_source(dcfg.name, split, data_dir)).map(_Feature(dcfg.text_key))
 
 
+def tfds_info(dcfg, split: str):
+  """The TFDS DatasetInfo of a TFDS-backed dataset (pystdlib prepared first): full_name, data_dir."""
+  data_dir = _expand(dcfg.data_dir)
+  name = corpus.prepare(data_dir) if dcfg.name == "pystdlib" else dcfg.name
+  return _tfds_source(name, split, data_dir).dataset_info
+
+
 class _WithBOS:
   def __call__(self, doc):
     return {"tokens": np.concatenate([[BOS], doc.astype(np.int32)]).astype(np.int32)}

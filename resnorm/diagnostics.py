@@ -7,6 +7,7 @@ and the spread of the streams. The jitted function that collects the taps is `re
 import flax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from resnorm import residual
 
@@ -141,6 +142,29 @@ def summarize(cfg, out: dict, full: bool) -> dict:
     if "mixing" in out:
       res["mixing"] = [[[round(float(x), 5) for x in row] for row in m] for m in out["mixing"]]
   return res
+
+
+def depth_summary(rows: list[dict]) -> dict:
+  """A few depth-independent numbers from per-sublayer rows (the sweep table's columns, TensorBoard's scalars):
+  grad_norm and act_rms last / first sublayer, median cosine over the last quarter of sublayers, median
+  update_ratio, and for hc/mhc the max composite gain and the median stream spread. Absent fields are left out."""
+  col = lambda key: [r[key] for r in rows if r.get(key) is not None]
+  out = {}
+  for key, name in (("grad_norm", "grad_ratio_last_first"), ("act_rms", "act_rms_ratio_last_first")):
+    vals = col(key)
+    if vals and vals[0]:
+      out[name] = vals[-1] / vals[0]
+  cos = col("cos_next_median")
+  if cos:
+    out["cos_last_quarter"] = float(np.median(cos[len(cos) * 3 // 4:]))
+  if col("update_ratio"):
+    out["update_ratio_median"] = float(np.median(col("update_ratio")))
+  gains = col("gain_forward") + col("gain_backward")
+  if gains:
+    out["max_gain"] = max(gains)
+  if col("stream_spread"):
+    out["stream_spread"] = float(np.median(col("stream_spread")))
+  return out
 
 
 def sublayer_report(cfg, stats: dict, grad_sumsq) -> list[dict]:

@@ -3,15 +3,20 @@ import os
 
 import jax
 
-from resnorm import ckpt, configlib, data, diagnostics, generate, progress, runtime, step as step_lib, workdir as wd
+from resnorm import (ckpt, configlib, data, diagnostics, generate, progress, runtime, step as step_lib, unigram,
+                     workdir as wd)
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
 
-def report(s: runtime.Setup, params, batches, step: int) -> dict:
+def report(s: runtime.Setup, params, batches, step: int, cache_dir: str | None = None) -> dict:
+  """eval_loss, the byte-unigram baseline on the same batches (cached counts; text_files: in cache_dir) and the
+  per-sublayer diagnostics."""
   cfg = s.cfg
   result = {"step": step, "residual": cfg.model.residual, "num_layers": cfg.model.num_layers,
             **s.evaluate(params, batches)}
+  result["unigram_eval_loss"] = unigram.eval_loss(s, batches, cache_dir, write=jax.process_index() == 0)
+  result["learned_beyond_unigram"] = unigram.learned_beyond(result["eval_loss"], result["unigram_eval_loss"])
   with s.mesh_context():
     out = jax.device_get(step_lib.make_diag_fn(cfg, s.mcfg)(params, s.device_batch(batches[0])))
   result.update(diagnostics.summarize(cfg, out, full=True))
@@ -28,7 +33,7 @@ def _batches(cfg, eval_batches):
 def eval_init(cfg, outdir: str, eval_batches=None) -> int:
   s = runtime.build(cfg)
   batches = _batches(cfg, eval_batches)
-  result = report(s, s.init_state()["params"], batches, 0)
+  result = report(s, s.init_state()["params"], batches, 0, outdir)
   _write(outdir, "init.json", result)
   if jax.process_index() == 0:
     plots.depth_figures(result, outdir, prefix="init_")
@@ -90,14 +95,18 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
   bar = progress.Progress(len(todo), desc="eval", enabled=None if len(todo) > 1 else False)
   for k in todo:
     cfg, s, state = _restore(workdir, checkpointer, k)
-    results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
+    results.append(report(s, state["params"], _batches(cfg, eval_batches), k, workdir))
     _write(outdir, f"step_{k}.json", results[-1], bar.write)
     bar.advance()
   bar.close()
   if jax.process_index() == 0:
     summary = _read_optional(os.path.join(workdir, "summary.json"))
-    plots.loss_curves(wd.read_jsonl(os.path.join(workdir, "metrics.jsonl")), summary.get("spike_steps"),
-                      os.path.join(outdir, "loss.png"), f"{results[-1]['residual']} L={results[-1]['num_layers']}")
+    metrics = wd.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    # the baseline on the batches the plotted eval losses used (training's eval), else on this eval's
+    base = next((m["unigram_eval_loss"] for m in metrics if "unigram_eval_loss" in m),
+                summary.get("unigram_eval_loss", results[-1]["unigram_eval_loss"]))
+    plots.loss_curves(metrics, summary.get("spike_steps"), os.path.join(outdir, "loss.png"),
+                      f"{results[-1]['residual']} L={results[-1]['num_layers']}", unigram=base)
     plots.depth_figures(results[-1], outdir)
     if all_steps and len(results) > 1:
       plots.evolution(results, outdir)
@@ -120,4 +129,5 @@ def _write(outdir, name, result, log=print):
     raise InputError(f"cannot create {outdir!r}: {e.strerror}") from None
   path = os.path.join(outdir, name)
   wd.write_json(path, result)
-  log(f"eval_loss {result['eval_loss']:.4f} | bits_per_byte {result['bits_per_byte']:.4f} -> {path}")
+  log(f"eval_loss {result['eval_loss']:.4f} | bits_per_byte {result['bits_per_byte']:.4f} | byte-unigram "
+      f"{result['unigram_eval_loss']:.4f} -> {path}")

@@ -7,6 +7,7 @@ import time
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from resnorm import configlib, optim, sharding, step
@@ -69,6 +70,21 @@ class Setup:
       total, count = total + float(t), count + float(c)
     loss = total / max(count, 1.0)
     return {"eval_loss": loss, "bits_per_byte": loss / math.log(2)}
+
+  def evaluate_table(self, nll_V, batches) -> float:
+    """Mean of nll_V[target] over the masked targets of `batches`: a context-free model (the unigram baseline)
+    scored on exactly the targets, mask and sharding `evaluate` uses. nll_V is baked in as a constant."""
+    table = np.asarray(nll_V, np.float32)
+
+    def fn(batch):
+      m = batch["mask"]
+      nll = jnp.where(m > 0, jnp.asarray(table)[batch["targets"]], 0.0)
+      return jnp.sum(nll * m), jnp.sum(m)
+    with self.mesh_context():
+      step_fn = jax.jit(fn, in_shardings=(self.batch_sh,), out_shardings=(self.repl, self.repl))
+      outs = [step_fn(self.device_batch(b)) for b in batches]
+    total, count = (sum(float(x[i]) for x in jax.device_get(outs)) for i in (0, 1))
+    return total / max(count, 1.0)
 
 
 def build(cfg, devices=None) -> Setup:

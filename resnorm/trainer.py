@@ -7,8 +7,8 @@ import time
 import jax
 import numpy as np
 
-from resnorm import (ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, upcycle,
-                     workdir as wd)
+from resnorm import (ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, unigram,
+                     upcycle, workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -49,6 +49,23 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
   return checkpointer
 
 
+def tb_diagnostics(tb: wd.TensorBoard, history: list[tuple[int, list[dict]]], title: str) -> None:
+  """TensorBoard's view of the newest diagnostics step in `history` [(step, sublayer rows)]: a few scalars whose
+  number does not grow with depth (diag/*), and one depth-profile image per per-sublayer field (depth/*)."""
+  from resnorm.tools import plots  # matplotlib: imported only by runs that draw
+  step, rows = history[-1]
+  tb.scalars(step, {f"diag/{k}": v for k, v in diagnostics.depth_summary(rows).items()})
+  for field, png in plots.profile_pngs(history, title).items():
+    tb.image(step, f"depth/{field}", png)
+  tb.flush()
+
+
+def _thin(history: list, keep: int = 64) -> list:
+  """Bounds the diagnostics steps kept for TensorBoard's profiles (they draw a few, evenly spaced): past `keep`,
+  every other earlier step is dropped; the first and the newest stay."""
+  return history if len(history) <= keep else history[:-1:2] + history[-1:]
+
+
 class Trainer:
 
   def __init__(self, cfg, workdir: str):
@@ -66,6 +83,7 @@ class Trainer:
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
     self.last = {"loss": None, "eval": {}, "init_from": str(self.source) if self.source else None}
     self.diag_s, self.diag_compile_s, self._diag_fn = 0.0, 0.0, None
+    self.tb_draw_s, self.diag_history, self.unigram, self.unigram_logged = 0.0, [], None, False
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
@@ -75,20 +93,25 @@ class Trainer:
       return
     self.metrics = wd.JsonlLog(os.path.join(self.workdir, "metrics.jsonl"), resume_step)
     self.diag = wd.JsonlLog(os.path.join(self.workdir, "diagnostics.jsonl"), resume_step)
+    # what the kept lines already hold: the unigram baseline is logged once per run, and the TensorBoard depth
+    # profiles draw the earlier diagnostics steps too
+    self.unigram_logged = any("unigram_eval_loss" in r for r in wd.read_jsonl(self.metrics.path))
+    self.diag_history = _thin([(r["step"], r["sublayers"]) for r in wd.read_jsonl(self.diag.path)])
     self.tb = wd.TensorBoard(os.path.join(self.workdir, "tb"))
     wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
 
   def _summary(self, status: str, step: int, **extra):
     if not self.lead:
       return
-    m = self.cfg.model
+    m, final_eval = self.cfg.model, self.last["eval"].get("eval_loss")
     wd.write_json(os.path.join(self.workdir, "summary.json"), {
         "status": status, "step": step, "final_train_loss": self.last["loss"],
-        "final_eval_loss": self.last["eval"].get("eval_loss"), "bits_per_byte": self.last["eval"].get("bits_per_byte"),
+        "final_eval_loss": final_eval, "bits_per_byte": self.last["eval"].get("bits_per_byte"),
+        "unigram_eval_loss": self.unigram, "learned_beyond_unigram": unigram.learned_beyond(final_eval, self.unigram),
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
-        "diag_compile_s": round(self.diag_compile_s, 3),
+        "diag_compile_s": round(self.diag_compile_s, 3), "tb_draw_s": round(self.tb_draw_s, 3),
         **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra})
 
   def _log(self, rec: dict):
@@ -121,9 +144,25 @@ class Trainer:
 
   def _eval(self, state, step: int):
     self.last["eval"] = self.s.evaluate(state["params"], self.eval_data)
-    self._log({"step": step, **self.last["eval"]})
+    # the unigram baseline (a constant of the run) joins the run's first eval event, once
+    extra = {} if self.unigram_logged else {"unigram_eval_loss": self.unigram}
+    self._log({"step": step, **self.last["eval"], **extra})
+    self.unigram_logged = True
     self.progress.write(f"step {step} | eval_loss {self.last['eval']['eval_loss']:.4f} | "
                         f"bpb {self.last['eval']['bits_per_byte']:.4f}")
+
+  def _unigram(self):
+    """The byte-unigram baseline on the eval batches (resnorm/unigram.py)."""
+    self.unigram = unigram.eval_loss(self.s, self.eval_data, self.workdir, write=self.lead)
+    print(f"byte-unigram baseline: {self.unigram:.4f} nats/byte on the eval batches (a model must get below "
+          f"{self.unigram - unigram.MARGIN:.4f} to have learned more than byte frequencies)", flush=True)
+
+  def _stall_line(self) -> str:
+    final = self.last["eval"].get("eval_loss")
+    if unigram.learned_beyond(final, self.unigram) is not False:
+      return ""
+    return (f"\nstalled: final eval loss {final:.4f} is not {unigram.MARGIN} nats/byte below the byte-unigram "
+            f"baseline {self.unigram:.4f}: the model has learned nothing beyond byte frequencies")
 
   def _diagnostics(self, state, batch, step: int):
     """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard."""
@@ -141,13 +180,10 @@ class Trainer:
     rows = diagnostics.summarize(self.cfg, out, full=False)["sublayers"]
     m = self.cfg.model
     self.diag.write({"step": step, "residual": m.residual, "num_layers": m.num_layers, "sublayers": rows})
-    scalars = {}
-    for key in ("grad_norm", "act_rms", "cos_next_median", "update_ratio", "gain_forward", "gain_backward",
-                "stream_spread"):
-      for r in rows:
-        if r.get(key) is not None:
-          scalars[f"diag/{key}/{r['index']:03d}_{r['kind']}"] = r[key]
-    self.tb.scalars(step, scalars)
+    t0 = time.perf_counter()
+    self.diag_history = _thin([h for h in self.diag_history if h[0] < step] + [(step, rows)])
+    tb_diagnostics(self.tb, self.diag_history, f"{m.residual} L={m.num_layers}")
+    self.tb_draw_s += time.perf_counter() - t0
 
   def _check(self, step: int, m: dict) -> str | None:
     """Handles one step's fetched metrics; returns a divergence reason or None."""
@@ -171,6 +207,7 @@ class Trainer:
     self._open_logs(start)
     print(f"{cfg.model.residual}, {cfg.model.num_layers} layers: {self.params:,} params, "
           f"{self.flops_per_token / 1e6:.2f} MFLOP/token (train), mesh {dict(self.s.mesh.shape)}", flush=True)
+    self._unigram()
     if start >= t.steps:
       self._summary("completed", start)
       return 0
@@ -242,7 +279,8 @@ class Trainer:
                     skipped_steps=skipped_total, train_s=round(train_s, 3))
       self.progress.close()
       print(f"done: {step - start} steps in {train_s:.1f}s; diagnostics {self.diag_s:.1f}s "
-            f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile", flush=True)
+            f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile, "
+            f"TensorBoard figures {self.tb_draw_s:.1f}s{self._stall_line()}", flush=True)
       return 0
     finally:
       self.progress.close()

@@ -8,6 +8,7 @@ atomically. Only process 0 writes (callers construct these only there).
 import json
 import math
 import os
+import struct
 import time
 
 from resnorm.errors import InputError
@@ -89,7 +90,7 @@ def read_jsonl(path: str) -> list[dict]:
 
 
 class TensorBoard:
-  """Scalar event files in DIR/tb, written with tensorboard's own writer (no TensorFlow)."""
+  """Event files in DIR/tb (scalars and PNG images), written with tensorboard's own writer (no TensorFlow)."""
 
   def __init__(self, logdir: str):
     from tensorboard.compat.proto import event_pb2, summary_pb2
@@ -103,6 +104,14 @@ class TensorBoard:
     if vals:
       self.w.add_event(self._event.Event(wall_time=time.time(), step=int(step),
                                          summary=self._summary.Summary(value=vals)))
+
+  def image(self, step: int, tag: str, png: bytes) -> None:
+    """One PNG-encoded image (TensorBoard's Images tab; a step slider per tag)."""
+    width, height = struct.unpack(">II", png[16:24])  # the IHDR chunk of a PNG
+    img = self._summary.Summary.Image(height=height, width=width, colorspace=4, encoded_image_string=png)
+    self.w.add_event(self._event.Event(wall_time=time.time(), step=int(step),
+                                       summary=self._summary.Summary(value=[self._summary.Summary.Value(
+                                           tag=tag, image=img)])))
 
   def flush(self) -> None:
     self.w.flush()

@@ -33,6 +33,8 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   assert os.listdir(os.path.join(wd, "tb"))
   summary = json.load(open(os.path.join(wd, "summary.json")))
   assert summary["status"] == "completed" and summary["residual"] == "mhc" and summary["num_layers"] == 2
+  assert summary["unigram_eval_loss"] > 0 and summary["learned_beyond_unigram"] is False  # 4 steps learn nothing
+  assert "stalled:" in r.stdout
   lines = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
   assert {"step", "loss", "lr", "grad_norm", "tokens_per_s"} <= set(lines[0])
   assert any("eval_loss" in l for l in lines)
@@ -45,6 +47,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   out = json.load(open(os.path.join(wd, "eval", "step_2.json")))
   assert out["residual"] == "mhc" and out["num_layers"] == 2 and out["step"] == 2
   assert out["eval_loss"] > 0 and out["bits_per_byte"] == pytest.approx(out["eval_loss"] / 0.6931471805599453)
+  assert out["unigram_eval_loss"] == pytest.approx(summary["unigram_eval_loss"], rel=1e-6)  # same eval batches
   assert len(out["sublayers"]) == 4 and out["sublayers"][0]["gain_forward"] == pytest.approx(1.0, abs=1e-3)
   # generation from the checkpoint: printed, appended with its settings; an over-long prompt is refused
   r = run("eval.py", f"--workdir={wd}", "--generate=def ", "--max_new_tokens=5", "--num_samples=2")

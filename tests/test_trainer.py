@@ -61,6 +61,7 @@ def test_resume_equals_uninterrupted(hc_runs):
   assert "cannot be restored" not in err and not os.path.exists(os.path.join(b, "checkpoints.corrupt")), err
   ma, mb = _metrics(a), _metrics(b)
   assert ma == mb  # identical losses, and no step logged twice
+  assert [m["step"] for m in mb if "unigram_eval_loss" in m] == [3]  # once per run: the first eval, not again
   steps = [m["step"] for m in mb if "loss" in m]
   assert steps == sorted(set(steps)) == list(range(1, 7))
   evals = {m["step"]: m["eval_loss"] for m in mb if "eval_loss" in m}

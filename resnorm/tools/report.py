@@ -3,15 +3,22 @@ import csv
 import glob
 import os
 
-import numpy as np
-
-from resnorm import workdir as wd
+from resnorm import diagnostics, workdir as wd
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
-COLUMNS = ("run", "residual", "layers", "lr", "warmup", "seed", "status", "diverged_step", "final_train_loss",
-           "final_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter", "grad_ratio_last_first", "max_gain",
-           "stream_spread")
+COLUMNS = ("run", "residual", "layers", "lr", "warmup", "seed", "status", "stalled", "diverged_step",
+           "final_train_loss", "final_eval_loss", "unigram_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter",
+           "grad_ratio_last_first", "max_gain", "stream_spread")
+
+
+def stalled(summary: dict) -> bool | None:
+  """A run that did not diverge but whose final eval loss is not below the byte-unigram baseline by the margin
+  (summary.json's learned_beyond_unigram is false); None when unknown (no eval yet, runs from before the flag)."""
+  learned = summary.get("learned_beyond_unigram")
+  if learned is None or summary.get("status") == "diverged":
+    return None
+  return not learned
 
 
 def run_row(path: str) -> tuple[dict, dict | None, list]:
@@ -26,22 +33,17 @@ def run_row(path: str) -> tuple[dict, dict | None, list]:
          "seed": cfg["seed"], "status": summary.get("status", "unknown"),
          "diverged_step": summary.get("diverged_step"), "final_train_loss": summary.get("final_train_loss"),
          "final_eval_loss": summary.get("final_eval_loss"), "bits_per_byte": summary.get("bits_per_byte"),
+         "unigram_eval_loss": summary.get("unigram_eval_loss"), "stalled": stalled(summary),
          "spikes": summary.get("spikes")}
   if last:
-    rows = last["sublayers"]
-    cos = [r["cos_next_median"] for r in rows if r.get("cos_next_median") is not None]
-    cos = cos[len(cos) * 3 // 4:]
-    row["cos_last_quarter"] = float(np.median(cos)) if cos else None
-    g0, g1 = rows[0]["grad_norm"], rows[-1]["grad_norm"]
-    row["grad_ratio_last_first"] = g1 / g0 if g0 else None
-    gains = [max(r["gain_forward"], r["gain_backward"]) for r in rows if r.get("gain_forward") is not None]
-    row["max_gain"] = max(gains) if gains else None
-    spread = [r["stream_spread"] for r in rows if r.get("stream_spread") is not None]
-    row["stream_spread"] = float(np.median(spread)) if spread else None  # median over sublayers
+    depth = diagnostics.depth_summary(last["sublayers"])  # stream_spread: the median over sublayers
+    row.update({k: depth.get(k) for k in ("cos_last_quarter", "grad_ratio_last_first", "max_gain", "stream_spread")})
   return row, last, wd.read_jsonl(os.path.join(path, "metrics.jsonl"))
 
 
 def _fmt(v):
+  if isinstance(v, bool):
+    return "yes" if v else "no"
   if isinstance(v, float):
     return f"{v:.4g}"
   return "" if v is None else str(v)

@@ -16,6 +16,7 @@ from resnorm import workdir as wd
 from resnorm.errors import run_app
 from resnorm.tools import plots
 from resnorm.tools.report import run_row
+from resnorm.unigram import MARGIN
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("root", "runs/results", "Where the sweep runs go (reused: finished runs are skipped).")
@@ -127,17 +128,22 @@ def trained_section(fig_dir: str, root: str) -> list[str]:
           cells.append("not run")
           continue
         grid[i][j] = row["final_eval_loss"] if row["status"] == "completed" else float("nan")
-        cells.append(f"{row['final_eval_loss']:.3f}" if row["status"] == "completed"
-                     else f"{row['status']} @ {row['diverged_step']}")
+        cells.append(f"{row['final_eval_loss']:.3f}" + (" stalled" if row["stalled"] else "")
+                     if row["status"] == "completed" else f"{row['status']} @ {row['diverged_step']}")
+        if row["stalled"] or row["status"] == "diverged":  # stalled (learned no more than byte frequencies) apart
+          ax.text(j, i, "stalled" if row["stalled"] else "diverged", ha="center", va="center", fontsize=6,
+                  color="white" if row["stalled"] else "black")
     table.append(f"| {v} | " + " | ".join(cells) + " |")
     arr = [[float("nan") if x is None else x for x in r] for r in grid]
     im = ax.imshow(arr, cmap="viridis_r", vmin=2.0, vmax=4.5)
     ax.set(title=v, xticks=range(3), xticklabels=lrs, yticks=range(2), yticklabels=[f"wu {w}" for w in warmups])
-  fig.colorbar(im, ax=axes, label="final eval loss (blank: diverged)")
+  fig.colorbar(im, ax=axes, label="final eval loss")
   fig.savefig(os.path.join(fig_dir, "stability_map.png"), dpi=110)
   plt.close(fig)
   lines += ["### Stability map: final eval loss over lr x warmup", "", "![stability_map](figures/stability_map.png)",
-            "", *table, ""]
+            "", "Diverged runs are blank; `stalled` marks runs that completed but whose final eval loss is not "
+            f"{MARGIN} nats/byte below the byte-unigram baseline (they learned no more than byte frequencies).", "",
+            *table, ""]
   fig, ax = plt.subplots(figsize=(6, 3.5))
   gain_rows = []
   for v in ("hc", "mhc"):
