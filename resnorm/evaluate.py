@@ -1,5 +1,6 @@
 """eval.py's work: evaluate a checkpoint with its own config (or a fresh init) and write the diagnostics JSON."""
 import os
+import sys
 
 import jax
 
@@ -41,18 +42,20 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
   checkpointer = ckpt.Checkpointer(ckpt_dir, read_only=True)
   steps = checkpointer.steps()
   check(steps, f"--workdir={workdir!r} has no checkpoint")
+  mode = "all" if all_steps else "newest" if step is None else "step"
   if not all_steps:
     step = steps[-1] if step is None else step
     check(step in steps, f"--step={step} has no checkpoint; available: {', '.join(map(str, steps))}")
-  outdir = os.path.join(workdir, "eval")
+  outdir = os.path.join(workdir, "eval")  # the only place eval writes: a live run may own the rest
   results = []
   for k in (steps if all_steps else [step]):
-    stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
-    cfg = configlib.from_json(stored)  # the checkpoint's own config, never the caller's
-    s = runtime.build(cfg)
-    state, _ = checkpointer.restore(k, s.abstract)
-    results.append(report(s, state["params"], _batches(cfg, eval_batches), k))
+    k, loaded = _restore_live(checkpointer, workdir, k, mode)
+    if loaded is None:
+      continue
+    s, state = loaded
+    results.append(report(s, state["params"], _batches(s.cfg, eval_batches), k))
     _write(outdir, f"step_{k}.json", results[-1])
+  check(results, f"--workdir={workdir!r}: every checkpoint was removed while loading")
   if jax.process_index() == 0:
     summary = _read_optional(os.path.join(workdir, "summary.json"))
     plots.loss_curves(wd.read_jsonl(os.path.join(workdir, "metrics.jsonl")), summary.get("spike_steps"),
@@ -61,6 +64,35 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
     if all_steps and len(results) > 1:
       plots.evolution(results, outdir)
   return 0
+
+
+def _restore(checkpointer, workdir: str, k: int):
+  """(Setup, state) of step k, built from the checkpoint's own config, never the caller's."""
+  stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
+  s = runtime.build(configlib.from_json(stored))
+  state, _ = checkpointer.restore(k, s.abstract)
+  return s, state
+
+
+def _restore_live(checkpointer, workdir: str, k: int, mode: str):
+  """(step, (Setup, state)) on a workdir a live run may be pruning (it keeps ckpt.keep steps): a step removed
+  between listing and loading is replaced by the newest one (mode 'newest'), skipped ('all': None) or refused."""
+  while True:
+    try:
+      return k, _restore(checkpointer, workdir, k)
+    except Exception:  # noqa: BLE001: re-raised unless the step is gone
+      checkpointer.reload()
+      now = checkpointer.steps()
+      if k in now or not now:
+        raise
+      check(mode != "step", f"--step={k} was removed while loading it (the run is live); available: "
+            f"{', '.join(map(str, now))}")
+      print(f"warning: checkpoint step {k} was removed while loading it (the run is live); "
+            f"{'using the newest, ' + str(now[-1]) if mode == 'newest' else 'skipping it'}", file=sys.stderr,
+            flush=True)
+      if mode == "all":
+        return k, None
+      k = now[-1]
 
 
 def _read_optional(path):
