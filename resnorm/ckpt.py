@@ -12,6 +12,23 @@ import sys
 import grain
 import orbax.checkpoint as ocp
 
+TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix for a save not yet committed (STEP.orbax-checkpoint-tmp[-T])
+
+
+def remove_unfinished(directory: str) -> list[str]:
+  """Deletes the uncommitted save directories a killed writer left in `directory`, saying so; returns their names.
+  Only the workdir's lock owner may call this: a live writer's are in use."""
+  try:
+    names = sorted(n for n in os.listdir(directory) if TMP_MARK in n)
+  except FileNotFoundError:
+    return []
+  for name in names:
+    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+  if names:
+    print(f"removed {len(names)} unfinished checkpoint save(s) left by an earlier writer: {', '.join(names)}",
+          file=sys.stderr, flush=True)
+  return names
+
 
 class Checkpointer:
 
@@ -82,6 +99,10 @@ class Checkpointer:
     shutil.rmtree(dest, ignore_errors=True)
     os.makedirs(os.path.dirname(dest), exist_ok=True)
     shutil.move(os.path.join(self.directory, str(step)), dest)
+    self.mngr.reload()
+
+  def reload(self) -> None:
+    """Re-reads the step list (a live run adds and prunes steps under a read-only reader)."""
     self.mngr.reload()
 
   def wait(self) -> None:

@@ -71,6 +71,8 @@ def config_name() -> str:
 def main_train(argv) -> int:
   _define_common()
   flags.DEFINE_bool("dry_run", False, "Print sizes and FLOPs, do not train.")
+  flags.DEFINE_bool("force_unlock", False, "Take the workdir's lock even if its owner looks alive (only when you "
+                    "know it is dead).")
   parse(argv)
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
@@ -80,7 +82,7 @@ def main_train(argv) -> int:
     dryrun.print_info(dryrun.dry_run(cfg))
     return 0
   from resnorm import trainer
-  return trainer.train(cfg, workdir)
+  return trainer.train(cfg, workdir, force_unlock=FLAGS.force_unlock)
 
 
 @cli_main

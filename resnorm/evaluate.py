@@ -1,5 +1,6 @@
 """eval.py's work: evaluate a checkpoint with its own config (or a fresh init) and write the diagnostics JSON."""
 import os
+import sys
 
 import jax
 
@@ -66,12 +67,13 @@ def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, 
   check(temperature >= 0, f"--temperature={temperature} must be >= 0")
   check(top_k >= 0, f"--top_k={top_k} must be >= 0")
   check(num_samples >= 1, f"--num_samples={num_samples} must be >= 1")
+  mode = "newest" if step is None else "step"
   checkpointer, _, step = _checkpoints(workdir, step)
   cfg = configlib.from_json(checkpointer.config(step) or wd.read_json(os.path.join(workdir, "config.json"),
                                                                       "workdir config"))
   tokens = generate.encode(prompt)
   generate.check_lengths(cfg, len(tokens), max_new_tokens)
-  cfg, s, state = _restore(workdir, checkpointer, step)
+  step, (cfg, s, state) = _restore_live(checkpointer, workdir, step, mode)
   samples = generate.generate(s.mcfg, state["params"], tokens, max_new_tokens, temperature, top_k, seed, num_samples)
   if jax.process_index() != 0:
     return 0
@@ -88,17 +90,22 @@ def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, 
 
 
 def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: bool = False) -> int:
+  mode = "all" if all_steps else "newest" if step is None else "step"
   checkpointer, steps, step = _checkpoints(workdir, step)
-  outdir = os.path.join(workdir, "eval")
+  outdir = os.path.join(workdir, "eval")  # the only place eval writes: a live run may own the rest
   results = []
   todo = steps if all_steps else [step]
   bar = progress.Progress(len(todo), desc="eval", enabled=None if len(todo) > 1 else False)
   for k in todo:
-    cfg, s, state = _restore(workdir, checkpointer, k)
+    k, loaded = _restore_live(checkpointer, workdir, k, mode)
+    bar.advance()
+    if loaded is None:
+      continue
+    cfg, s, state = loaded
     results.append(report(s, state["params"], _batches(cfg, eval_batches), k, workdir))
     _write(outdir, f"step_{k}.json", results[-1], bar.write)
-    bar.advance()
   bar.close()
+  check(results, f"--workdir={workdir!r}: every checkpoint was removed while loading")
   if jax.process_index() == 0:
     summary = _read_optional(os.path.join(workdir, "summary.json"))
     metrics = wd.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
@@ -111,6 +118,27 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
     if all_steps and len(results) > 1:
       plots.evolution(results, outdir)
   return 0
+
+
+def _restore_live(checkpointer, workdir: str, k: int, mode: str):
+  """(step, (config, Setup, state)) on a workdir a live run may be pruning (it keeps ckpt.keep steps): a step removed
+  between listing and loading is replaced by the newest one (mode 'newest'), skipped ('all': None) or refused."""
+  while True:
+    try:
+      return k, _restore(workdir, checkpointer, k)
+    except Exception:  # noqa: BLE001: re-raised unless the step is gone
+      checkpointer.reload()
+      now = checkpointer.steps()
+      if k in now or not now:
+        raise
+      check(mode != "step", f"--step={k} was removed while loading it (the run is live); available: "
+            f"{', '.join(map(str, now))}")
+      print(f"warning: checkpoint step {k} was removed while loading it (the run is live); "
+            f"{'using the newest, ' + str(now[-1]) if mode == 'newest' else 'skipping it'}", file=sys.stderr,
+            flush=True)
+      if mode == "all":
+        return k, None
+      k = now[-1]
 
 
 def _read_optional(path):

@@ -7,8 +7,8 @@ import time
 import jax
 import numpy as np
 
-from resnorm import (ckpt, configlib, data, diagnostics, flops, progress, runtime, step as step_lib, unigram,
-                     upcycle, workdir as wd)
+from resnorm import (ckpt, configlib, data, diagnostics, flops, lock, progress, runtime, step as step_lib,
+                     unigram, upcycle, workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -40,6 +40,8 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
     os.remove(probe)
   except OSError as e:
     raise InputError(f"--workdir={path!r} is not writable: {e.strerror}") from None
+  if jax.process_index() == 0:
+    ckpt.remove_unfinished(ckpt_dir)  # a dead writer's; the caller holds the workdir lock
   checkpointer = ckpt.Checkpointer(ckpt_dir, keep=cfg.ckpt.keep)
   for s in reversed(checkpointer.steps()):
     stored = checkpointer.config(s)
@@ -68,9 +70,9 @@ def _thin(history: list, keep: int = 64) -> list:
 
 class Trainer:
 
-  def __init__(self, cfg, workdir: str):
+  def __init__(self, cfg, workdir: str, owner: lock.WorkdirLock | None = None):
     self.t_created = time.perf_counter()
-    self.cfg, self.workdir = cfg, workdir
+    self.cfg, self.workdir, self.owner = cfg, workdir, owner
     self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
     self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
@@ -228,6 +230,8 @@ class Trainer:
     pending, step, t_log, s_log, skipped_total = None, start, time.perf_counter(), start, 0
     try:
       while True:
+        if self.owner is not None and self.owner.lost:
+          raise lock.LockLost(self.owner.lost)
         with self.s.mesh_context():
           state, metrics = train_step(state, batch)
         step += 1
@@ -291,5 +295,6 @@ class Trainer:
           log.close()
 
 
-def train(cfg, workdir: str) -> int:
-  return Trainer(cfg, workdir).run()
+def train(cfg, workdir: str, force_unlock: bool = False) -> int:
+  with lock.hold(workdir, force_unlock) as owner:
+    return Trainer(cfg, workdir, owner).run()

@@ -1,7 +1,9 @@
 """Preemption (SIGTERM), kill -9 at any moment, truncated checkpoints, and bad inputs that must not touch data."""
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -10,7 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import text_config
-from resnorm import trainer
+from resnorm import lock, trainer
 from test_cli import ENV, ROOT, TINY
 
 LONG = [a for a in TINY if "train.steps" not in a and "ckpt_every" not in a] + [
@@ -69,9 +71,18 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, text_corpus, uninterr
   _wait_for_step(p, 17)
   p.kill()
   p.wait()
-  p = _start(wd, text_corpus)
-  _, err = p.communicate(timeout=600)
+  assert json.load(open(os.path.join(wd, lock.LOCK_NAME)))["pid"] == p.pid  # the dead owner's lock is left
+  leftover = os.path.join(wd, "checkpoints", "7.orbax-checkpoint-tmp-1234")  # a save a killed writer left
+  os.makedirs(os.path.join(leftover, "state"))
+  dead, p = p.pid, _start(wd, text_corpus)
+  out, err = p.communicate(timeout=600)
   assert p.returncode == 0, err[-2000:]
+  assert f"took over the lock of {wd} from host {socket.gethostname()} pid {dead}" in err, err[-2000:]
+  assert "no longer runs on this host" in err
+  assert "unfinished checkpoint save" in err and os.path.basename(leftover) in err
+  assert not os.path.exists(leftover) and not os.path.exists(os.path.join(wd, lock.LOCK_NAME))
+  resumed = int(re.search(r"resumed from checkpoint step (\d+)", out).group(1))
+  assert 5 <= resumed < 60 and re.search(r"^step (\d+)/", out, re.M).group(1) == str(resumed + 1)  # not scratch
   lines = [json.loads(l) for l in open(os.path.join(wd, "metrics.jsonl"))]
   steps = [r["step"] for r in lines if "loss" in r]
   assert steps == sorted(set(steps))
