@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from resnorm import ckpt, configlib, data, diagnostics, flops, runtime, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, flops, provenance, runtime, step as step_lib, workdir as wd
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -26,8 +26,9 @@ class _Preemption:
       signal.signal(s, h)
 
 
-def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
-  """Checks an existing workdir against the config (before writing anything), then creates what is missing."""
+def _prepare_workdir(path: str, cfg, allow_config_change: bool = False) -> ckpt.Checkpointer:
+  """Checks an existing workdir against the config (before writing anything), then creates what is missing.
+  A model that differs is refused; so is a change of trajectory since the newest checkpoint, unless allowed."""
   cfg_path = os.path.join(path, "config.json")
   ckpt_dir = os.path.join(os.path.abspath(path), "checkpoints")
   if os.path.exists(cfg_path):
@@ -44,20 +45,23 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
     stored = checkpointer.config(s)
     if stored:
       configlib.check_compatible(stored, cfg, path)
+      if not allow_config_change:
+        configlib.refuse_trajectory_changes(configlib.config_changes(stored, cfg), path, s)
       break
   return checkpointer
 
 
 class Trainer:
 
-  def __init__(self, cfg, workdir: str):
+  def __init__(self, cfg, workdir: str, allow_config_change: bool = False):
     self.t_created = time.perf_counter()
-    self.cfg, self.workdir = cfg, workdir
+    self.cfg, self.workdir, self.allow_config_change = cfg, workdir, allow_config_change
     self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
     self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
     self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
-    self.ckpt = _prepare_workdir(workdir, cfg)
+    self.ckpt = _prepare_workdir(workdir, cfg, allow_config_change)
+    self.provenance = provenance.collect()
     self.spikes = diagnostics.SpikeDetector()
     self.params = flops.param_count(self.s.mcfg)
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
@@ -66,14 +70,28 @@ class Trainer:
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
-  def _open_logs(self, resume_step: int):
+  def _open_logs(self, resume_step: int, changes: list | None):
+    """changes: None for a fresh start (config.json is (re)written), else the accepted config changes."""
     if not self.lead:
       self.metrics = self.diag = self.tb = None
       return
     self.metrics = wd.JsonlLog(os.path.join(self.workdir, "metrics.jsonl"), resume_step)
     self.diag = wd.JsonlLog(os.path.join(self.workdir, "diagnostics.jsonl"), resume_step)
     self.tb = wd.TensorBoard(os.path.join(self.workdir, "tb"))
-    wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
+    changes_path = os.path.join(self.workdir, "config_changes.jsonl")
+    if changes is None:
+      wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
+      if os.path.exists(changes_path):
+        os.remove(changes_path)  # left by an attempt that never checkpointed: config.json is the start again
+      return
+    # config.json stays the config the run started with; config_changes.jsonl says what changed from which step
+    # (lines past the restored step are dropped like the metrics': those steps are recomputed)
+    if changes or os.path.exists(changes_path):
+      log = wd.JsonlLog(changes_path, resume_step)
+      for c in changes:
+        log.write({"step": resume_step, **c})
+        print(f"config change from step {resume_step}: {c['field']} {c['old']!r} -> {c['new']!r}", flush=True)
+      log.close()
 
   def _summary(self, status: str, step: int, **extra):
     if not self.lead:
@@ -85,7 +103,7 @@ class Trainer:
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
-        "diag_compile_s": round(self.diag_compile_s, 3), **extra})
+        "diag_compile_s": round(self.diag_compile_s, 3), **extra, "provenance": self.provenance})
 
   def _log(self, rec: dict):
     if self.lead:
@@ -95,16 +113,21 @@ class Trainer:
   # ---- loop ------------------------------------------------------------------------------------------------
 
   def _restore(self):
+    """(state, step, accepted config changes or None for a fresh start)."""
     step, out = self.ckpt.restore_latest(self.s.abstract, self.train_it)
     if step is None:
-      return self.s.init_state(), 0
+      return self.s.init_state(), 0, None
     state, host = out
     if host.get("spikes"):
       self.spikes.load(host["spikes"])
     self.last["loss"] = host.get("loss")
     self.last["eval"] = host.get("eval", {})
     print(f"resumed from checkpoint step {step}", flush=True)
-    return state, step
+    # against the config the restored checkpoint was trained with (the newest one unless it failed to load)
+    changes = configlib.config_changes(self.ckpt.config(step) or configlib.to_json(self.cfg), self.cfg)
+    if not self.allow_config_change:
+      configlib.refuse_trajectory_changes(changes, self.workdir, step)
+    return state, step, changes
 
   def _save(self, state, step: int):
     host = {"spikes": self.spikes.state(), "loss": self.last["loss"], "eval": self.last["eval"]}
@@ -158,8 +181,8 @@ class Trainer:
 
   def run(self) -> int:
     cfg, t = self.cfg, self.cfg.train
-    state, start = self._restore()
-    self._open_logs(start)
+    state, start, changes = self._restore()
+    self._open_logs(start, changes)
     print(f"{cfg.model.residual}, {cfg.model.num_layers} layers: {self.params:,} params, "
           f"{self.flops_per_token / 1e6:.2f} MFLOP/token (train), mesh {dict(self.s.mesh.shape)}", flush=True)
     if start >= t.steps:
@@ -237,5 +260,5 @@ class Trainer:
           log.close()
 
 
-def train(cfg, workdir: str) -> int:
-  return Trainer(cfg, workdir).run()
+def train(cfg, workdir: str, allow_config_change: bool = False) -> int:
+  return Trainer(cfg, workdir, allow_config_change).run()
