@@ -89,6 +89,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   t = c.train = ml_collections.ConfigDict()
   t.batch_size = 8                  # global batch (sequences)
+  t.grad_accum = 1                  # micro-batches per step: one optimizer step over batch_size, run as grad_accum
+                                    # scanned passes of batch_size / grad_accum (less activation memory, same update)
   t.steps = 200                     # optimizer steps
   t.lr = 1e-3                       # peak learning rate
   t.warmup_steps = 20               # linear warmup from 0 (0 = none)
@@ -103,6 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   t.log_every = 10                  # steps between metrics.jsonl lines
   t.eval_every = 50                 # steps between validation evals (and one at the end)
   t.diag_every = 50                 # steps between diagnostics.jsonl lines (0 = off)
+  t.diag_batch = 0                  # sequences of the batch the diagnostics use (0: one micro-batch); their taps
+                                    # keep every sublayer's input and output, memory ~ diag_batch x depth
   t.ckpt_every = 50                 # steps between checkpoints (and one at the end)
   t.skip_nonfinite = False          # skip a non-finite update instead of stopping as diverged
   t.max_skipped = 10                # with skip_nonfinite: stop after this many skipped steps in a row
@@ -118,9 +122,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   if scale == "tpu":
     m.d_model, m.num_heads, m.mlp_dim = 1024, 16, 4096
-    m.dtype, m.remat = "bfloat16", "dots_no_batch"
+    # Sized for a v4-8 (4 devices of 32 GiB) at every depth up to 96 layers and every residual, hc and mhc with
+    # 4 streams included: the global batch of 256 runs as 16 micro-batches of 16 (4 sequences per device) with
+    # whole-block remat, and diagnostics on 8 sequences. `train.py --dry_run --target=v4-8` prints the plan.
+    m.dtype, m.remat = "bfloat16", "full"
     d.name, d.seq_len, d.eval_batches = "c4", 1024, 32
     t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4
+    t.grad_accum, t.diag_batch = 16, 8
     t.log_every, t.eval_every, t.diag_every, t.ckpt_every = 50, 1000, 1000, 1000
     c.ckpt.keep = 3
     c.mesh.data, c.mesh.fsdp = 1, -1

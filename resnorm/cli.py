@@ -70,19 +70,37 @@ def config_name() -> str:
 @cli_main
 def main_train(argv) -> int:
   _define_common()
-  flags.DEFINE_bool("dry_run", False, "Print sizes and FLOPs, do not train.")
+  flags.DEFINE_bool("dry_run", False, "Print sizes, FLOPs and the compiled steps' memory; do not train.")
+  flags.DEFINE_string("target", None, "With --dry_run: the accelerator to plan memory for (e.g. v4-8, h100; "
+                      "see resnorm/memplan.py); compiled for its device count, simulated on the CPU if needed.")
+  flags.DEFINE_bool("allow_config_change", False, "Resume even though the config changes the training "
+                    "trajectory (batch, lr, schedule, data, ...); the change is recorded in config_changes.jsonl.")
   flags.DEFINE_bool("force_unlock", False, "Take the workdir's lock even if its owner looks alive (only when you "
                     "know it is dead).")
   parse(argv)
   cfg = load_config()
   workdir = FLAGS.workdir or os.path.join("runs", config_name())
-  startup.start()
+  if FLAGS.target and not FLAGS.dry_run:
+    raise InputError("--target plans memory for a dry run: add --dry_run")
   if FLAGS.dry_run:
-    from resnorm import dryrun
+    return _dry_run(cfg)
+  startup.start()
+  from resnorm import trainer
+  return trainer.train(cfg, workdir, FLAGS.allow_config_change, force_unlock=FLAGS.force_unlock)
+
+
+def _dry_run(cfg) -> int:
+  """--dry_run [--target=NAME]: sizes and compiled memory; with a target, whether it fits (exit 0) or not (2)."""
+  from resnorm import memplan
+  target = memplan.parse_target(FLAGS.target) if FLAGS.target else None
+  if target is not None and not memplan.run_here(target):
+    return memplan.reexec(target)
+  startup.start(compilation_cache=False)  # compile for real: the analysis, and compile_s, of a fresh compile
+  from resnorm import dryrun
+  if target is None:
     dryrun.print_info(dryrun.dry_run(cfg))
     return 0
-  from resnorm import trainer
-  return trainer.train(cfg, workdir, force_unlock=FLAGS.force_unlock)
+  return memplan.plan(cfg, target)
 
 
 @cli_main

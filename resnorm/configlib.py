@@ -28,6 +28,7 @@ CHOICES = {
 RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
 ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
+ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 
 
 def _get(cfg, dotted):
@@ -68,6 +69,10 @@ def validate(cfg) -> None:
   check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction} must be in (0, 1)")
   check(d.eval_batches >= 1, f"data.eval_batches={d.eval_batches} must be >= 1")
   check(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
+  check(t.grad_accum >= 1 and t.batch_size % t.grad_accum == 0,
+        f"train.grad_accum={t.grad_accum} must be >= 1 and divide train.batch_size={t.batch_size}")
+  check(t.diag_batch >= 0 and (t.diag_batch == 0 or t.batch_size % t.diag_batch == 0),
+        f"train.diag_batch={t.diag_batch} must be 0 (one micro-batch) or divide train.batch_size={t.batch_size}")
   check(t.steps >= 1, f"train.steps={t.steps} must be >= 1")
   check(t.lr > 0, f"train.lr={t.lr} must be > 0")
   check(0 <= t.warmup_steps <= t.steps, f"train.warmup_steps={t.warmup_steps} must be in [0, train.steps={t.steps}]")
@@ -97,6 +102,9 @@ def from_json(d: dict) -> ml_collections.ConfigDict:
   for key, val in ADDED_MODEL_FIELDS.items():
     if key not in cfg.model:
       cfg.model[key] = val
+  for key, val in ADDED_TRAIN_FIELDS.items():
+    if "train" in cfg and key not in cfg.train:
+      cfg.train[key] = val
   return cfg
 
 
@@ -118,3 +126,53 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
     if a != b:
       raise InputError(f"{where} holds a checkpoint with model.{key}={a!r} but the config asks for "
                        f"model.{key}={b!r}; use another --workdir")
+
+
+# Resuming with a changed config (trainer._prepare_workdir). Model identity is check_compatible's job; of the
+# rest, these fields change neither the update any step computes nor the model: how often to log, evaluate and
+# checkpoint, how the work is laid out on devices and in memory (meshes agree within 1e-5, tests/test_sharding.py;
+# kernels, remat and grad_accum within float rounding, tests/test_kernels.py, test_model.py, test_step.py), what
+# happens after non-finite steps, and how much is evaluated. model.dtype is not among them: bfloat16 compute
+# moves the loss curve by far more than rounding noise, so switching it mid-run is a change of trajectory.
+# train.init_from only chooses a fresh run's starting params: a resume reads its own checkpoint and ignores it.
+HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.diag_every", "train.ckpt_every",
+                   "train.skip_nonfinite", "train.max_skipped", "train.grad_accum", "train.diag_batch", "ckpt.keep",
+                   "data.eval_batches", "mesh.data", "mesh.fsdp", "mesh.tensor", "model.remat", "model.kernels",
+                   "model.attention", "train.init_from")
+EXTENDABLE_FIELDS = ("train.steps",)  # a run may be extended (or cut short); the change is recorded
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def config_changes(stored: dict, cfg) -> list[dict]:
+  """Every field that differs between a run's stored config and `cfg`, as {field, old, new, kind} with kind
+  `steps` (train.steps), `harmless` (HARMLESS_FIELDS) or `trajectory` (anything else: batch, lr, schedule,
+  warmup, weight decay, clipping, seed, data, model.dtype, and any field this code does not know). Model fields
+  other than model.dtype and the runtime ones are left to check_compatible."""
+  have = _flatten(to_json(from_json(stored)))
+  want = _flatten(to_json(cfg))
+  changes = []
+  for key in sorted(set(have) | set(want)):
+    a, b = have.get(key), want.get(key)
+    if a == b or (key.startswith("model.") and key != "model.dtype" and key[6:] not in RUNTIME_MODEL_FIELDS):
+      continue
+    kind = "steps" if key in EXTENDABLE_FIELDS else "harmless" if key in HARMLESS_FIELDS else "trajectory"
+    changes.append({"field": key, "old": a, "new": b, "kind": kind})
+  return changes
+
+
+def refuse_trajectory_changes(changes: list[dict], where: str, step: int) -> None:
+  bad = [c for c in changes if c["kind"] == "trajectory"]
+  if bad:
+    what = ", ".join(f"{c['field']}={c['old']!r} -> {c['new']!r}" for c in bad)
+    raise InputError(f"{where}: resuming at step {step} with {what} would change the training trajectory of a "
+                     "recorded run; pass --allow_config_change to accept it (recorded in config_changes.jsonl), "
+                     "or use another --workdir")

@@ -59,7 +59,7 @@ class Setup:
   @functools.cached_property
   def eval_step(self):
     with self.mesh_context():
-      return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl)
+      return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl, self.cfg.train.grad_accum)
 
   def evaluate(self, params, batches) -> dict:
     """eval_loss (nats per predicted byte) and bits_per_byte over fixed batches."""
@@ -93,6 +93,13 @@ def build(cfg, devices=None) -> Setup:
   dp = sharding.data_parallel_size(mesh)
   check(cfg.train.batch_size % dp == 0,
         f"train.batch_size={cfg.train.batch_size} is not divisible by the data-parallel size {dp} (mesh.data*mesh.fsdp)")
+  accum = cfg.train.grad_accum
+  check(cfg.train.batch_size % (dp * accum) == 0,
+        f"train.batch_size={cfg.train.batch_size} is not divisible by train.grad_accum={accum} x the data-parallel "
+        f"size {dp}: every device needs the same whole number of sequences in each micro-batch")
+  diag = step.diag_rows(cfg)
+  check(diag % dp == 0, f"train.diag_batch={cfg.train.diag_batch} (the sequences diagnostics use; 0: one "
+        f"micro-batch, {cfg.train.batch_size // accum}) is not divisible by the data-parallel size {dp}")
   check(cfg.train.batch_size % jax.process_count() == 0,
         f"train.batch_size={cfg.train.batch_size} is not divisible by the {jax.process_count()} processes")
   mcfg = configlib.model_config(cfg)

@@ -3,6 +3,11 @@ diagnostics step.
 
 Nothing here syncs with the host. The train step returns its metrics as device arrays; the loop reads them one
 step later.
+
+Gradient accumulation (`train.grad_accum` = A): the global batch of B sequences is split into A micro-batches of
+B/A inside the jitted step, and a lax.scan sums their gradients, so one optimizer step still sees the whole batch
+(the same loss and gradient as one pass over B, up to float rounding) while only one micro-batch's activations
+are alive at a time.
 """
 import functools
 
@@ -31,6 +36,47 @@ def make_loss_fn(mcfg):
   return loss_fn
 
 
+def micro_batches(batch, accum: int):
+  """[B, T] arrays -> [A, B/A, T]. Micro-batch i holds rows i, i+A, i+2A, ...: the batch is sharded over devices
+  in contiguous blocks of rows, so every device keeps its own rows (no data moves) as long as A divides the
+  per-device batch (configlib.validate and runtime.build check it)."""
+  def split(x):
+    x = jnp.swapaxes(x.reshape((x.shape[0] // accum, accum) + x.shape[1:]), 0, 1)
+    return nn.with_logical_constraint(x, (None, "batch", "seq"))
+  return jax.tree.map(split, batch)
+
+
+def diag_rows(cfg) -> int:
+  """Sequences the diagnostics step uses: train.diag_batch, or one micro-batch."""
+  return cfg.train.get("diag_batch", 0) or cfg.train.batch_size // cfg.train.grad_accum
+
+
+def first_micro_batch(batch, accum: int):
+  return batch if accum == 1 else jax.tree.map(lambda x: x[0], micro_batches(batch, accum))
+
+
+def loss_and_grads(params, batch, mcfg, accum: int):
+  """(mean loss over the batch's target tokens, its gradient); with accum > 1, summed over micro-batches by a
+  lax.scan and divided once by the batch's token count, which is what one pass over the whole batch computes."""
+  if accum == 1:
+    return jax.value_and_grad(make_loss_fn(mcfg))(params, batch)
+  model = LM(mcfg)
+
+  def total_fn(p, mb):
+    logits, _ = model.apply({"params": p}, mb["inputs"])
+    return loss_and_count(logits, mb)[0]
+
+  def body(carry, mb):
+    total, grads = carry
+    t, g = jax.value_and_grad(total_fn)(params, mb)
+    return (total + t, jax.tree.map(jnp.add, grads, g)), None
+
+  zeros = (jnp.zeros((), jnp.float32), jax.tree.map(jnp.zeros_like, params))
+  (total, grads), _ = jax.lax.scan(body, zeros, micro_batches(batch, accum))
+  count = jnp.maximum(jnp.sum(batch["mask"]), 1.0)
+  return total / count, jax.tree.map(lambda g: g / count, grads)
+
+
 def init_state(cfg, mcfg, tx, rng, seq_len: int):
   """{params, opt_state, step, rng, skipped}; params are boxed with their logical axes (for shardings). A variant's
   `init_params` (Admin's profiling pass, nGPT's unit-norm weights) finishes the init of `LM.init`."""
@@ -50,7 +96,7 @@ def init_state(cfg, mcfg, tx, rng, seq_len: int):
 def train_step(state, batch, *, cfg, mcfg, tx):
   """One AdamW step. A non-finite loss or gradient leaves params and optimizer state unchanged (the host then
   stops the run as diverged, or counts the skip with `train.skip_nonfinite`)."""
-  loss, grads = jax.value_and_grad(make_loss_fn(mcfg))(state["params"], batch)
+  loss, grads = loss_and_grads(state["params"], batch, mcfg, cfg.train.grad_accum)
   gnorm = optax.tree.norm(grads)
   ok = jnp.isfinite(loss) & jnp.isfinite(gnorm)
   updates, new_opt = tx.update(grads, state["opt_state"], state["params"])
@@ -66,9 +112,16 @@ def train_step(state, batch, *, cfg, mcfg, tx):
   return new_state, {**metrics, "skipped": skipped}
 
 
-def eval_step(params, batch, *, mcfg):
-  logits, _ = LM(mcfg).apply({"params": params}, batch["inputs"])
-  return loss_and_count(logits, batch)
+def eval_step(params, batch, *, mcfg, accum: int = 1):
+  """(sum of target-token losses, target-token count); with accum > 1, over micro-batches (see train_step)."""
+  def one(mb):
+    logits, _ = LM(mcfg).apply({"params": params}, mb["inputs"])
+    return loss_and_count(logits, mb)
+  if accum == 1:
+    return one(batch)
+  sums, _ = jax.lax.scan(lambda acc, mb: (jax.tree.map(jnp.add, acc, one(mb)), None),
+                         (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)), micro_batches(batch, accum))
+  return sums
 
 
 def jit_train_step(cfg, mcfg, tx, state_sh=None, batch_sh=None, repl=None):
@@ -78,8 +131,8 @@ def jit_train_step(cfg, mcfg, tx, state_sh=None, batch_sh=None, repl=None):
   return jax.jit(fn, in_shardings=(state_sh, batch_sh), out_shardings=(state_sh, repl), donate_argnums=(0,))
 
 
-def jit_eval_step(mcfg, params_sh=None, batch_sh=None, repl=None):
-  fn = functools.partial(eval_step, mcfg=mcfg)
+def jit_eval_step(mcfg, params_sh=None, batch_sh=None, repl=None, accum: int = 1):
+  fn = functools.partial(eval_step, mcfg=mcfg, accum=accum)
   if params_sh is None:
     return jax.jit(fn)
   return jax.jit(fn, in_shardings=(params_sh, batch_sh), out_shardings=(repl, repl))
@@ -87,8 +140,12 @@ def jit_eval_step(mcfg, params_sh=None, batch_sh=None, repl=None):
 
 def make_diag_fn(cfg, mcfg):
   """Jitted (params, batch) -> per-sublayer statistics, grad sum of squares, angular distances and the mean
-  mixing matrices: one forward + backward with taps collected, no Python loop over layers."""
+  mixing matrices: one forward + backward with taps collected, no Python loop over layers. They are computed on
+  `train.diag_batch` sequences of the batch (0: one micro-batch, batch_size / grad_accum): the taps keep every
+  sublayer's input and output, so their memory grows with this batch times the depth."""
   def fn(params, batch):
+    rows = diag_rows(cfg)
+    batch = first_micro_batch(batch, batch["inputs"].shape[0] // rows) if batch["inputs"].shape[0] > rows else batch
     def loss_with_taps(p):
       logits, taps = LM(mcfg, collect=True).apply({"params": p}, batch["inputs"])
       total, count = loss_and_count(logits, batch)

@@ -7,8 +7,8 @@ import time
 import jax
 import numpy as np
 
-from resnorm import (ckpt, configlib, data, diagnostics, flops, lock, progress, runtime, step as step_lib,
-                     unigram, upcycle, workdir as wd)
+from resnorm import (ckpt, configlib, data, diagnostics, flops, lock, progress, provenance, runtime,
+                     step as step_lib, unigram, upcycle, workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -27,8 +27,9 @@ class _Preemption:
       signal.signal(s, h)
 
 
-def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
-  """Checks an existing workdir against the config (before writing anything), then creates what is missing."""
+def _prepare_workdir(path: str, cfg, allow_config_change: bool = False) -> ckpt.Checkpointer:
+  """Checks an existing workdir against the config (before writing anything), then creates what is missing.
+  A model that differs is refused; so is a change of trajectory since the newest checkpoint, unless allowed."""
   cfg_path = os.path.join(path, "config.json")
   ckpt_dir = os.path.join(os.path.abspath(path), "checkpoints")
   if os.path.exists(cfg_path):
@@ -47,6 +48,8 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
     stored = checkpointer.config(s)
     if stored:
       configlib.check_compatible(stored, cfg, path)
+      if not allow_config_change:
+        configlib.refuse_trajectory_changes(configlib.config_changes(stored, cfg), path, s)
       break
   return checkpointer
 
@@ -70,16 +73,18 @@ def _thin(history: list, keep: int = 64) -> list:
 
 class Trainer:
 
-  def __init__(self, cfg, workdir: str, owner: lock.WorkdirLock | None = None):
+  def __init__(self, cfg, workdir: str, owner: lock.WorkdirLock | None = None, allow_config_change: bool = False):
     self.t_created = time.perf_counter()
     self.cfg, self.workdir, self.owner = cfg, workdir, owner
+    self.allow_config_change = allow_config_change
     self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
     self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
     self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
     # train.init_from: checked before the workdir is touched; a workdir with its own checkpoint resumes from it
     self.source = upcycle.resolve(cfg) if cfg.train.init_from and not upcycle.has_checkpoint(workdir) else None
-    self.ckpt = _prepare_workdir(workdir, cfg)
+    self.ckpt = _prepare_workdir(workdir, cfg, allow_config_change)
+    self.provenance = provenance.collect()
     self.spikes = diagnostics.SpikeDetector()
     self.params = flops.param_count(self.s.mcfg)
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
@@ -89,7 +94,8 @@ class Trainer:
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
-  def _open_logs(self, resume_step: int):
+  def _open_logs(self, resume_step: int, changes: list | None):
+    """changes: None for a fresh start (config.json is (re)written), else the accepted config changes."""
     if not self.lead:
       self.metrics = self.diag = self.tb = None
       return
@@ -100,7 +106,20 @@ class Trainer:
     self.unigram_logged = any("unigram_eval_loss" in r for r in wd.read_jsonl(self.metrics.path))
     self.diag_history = _thin([(r["step"], r["sublayers"]) for r in wd.read_jsonl(self.diag.path)])
     self.tb = wd.TensorBoard(os.path.join(self.workdir, "tb"))
-    wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
+    changes_path = os.path.join(self.workdir, "config_changes.jsonl")
+    if changes is None:
+      wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
+      if os.path.exists(changes_path):
+        os.remove(changes_path)  # left by an attempt that never checkpointed: config.json is the start again
+      return
+    # config.json stays the config the run started with; config_changes.jsonl says what changed from which step
+    # (lines past the restored step are dropped like the metrics': those steps are recomputed)
+    if changes or os.path.exists(changes_path):
+      log = wd.JsonlLog(changes_path, resume_step)
+      for c in changes:
+        log.write({"step": resume_step, **c})
+        print(f"config change from step {resume_step}: {c['field']} {c['old']!r} -> {c['new']!r}", flush=True)
+      log.close()
 
   def _summary(self, status: str, step: int, **extra):
     if not self.lead:
@@ -114,7 +133,8 @@ class Trainer:
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
         "diag_compile_s": round(self.diag_compile_s, 3), "tb_draw_s": round(self.tb_draw_s, 3),
-        **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra})
+        **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra,
+        "provenance": self.provenance})
 
   def _log(self, rec: dict):
     if self.lead:
@@ -124,12 +144,13 @@ class Trainer:
   # ---- loop ------------------------------------------------------------------------------------------------
 
   def _restore(self):
+    """(state, step, accepted config changes or None for a fresh start)."""
     step, out = self.ckpt.restore_latest(self.s.abstract, self.train_it)
     if step is None:
       if self.source is None:
-        return self.s.init_state(), 0
+        return self.s.init_state(), 0, None
       print(f"starting from {self.source} (train.init_from; optimizer state fresh)", flush=True)
-      return upcycle.load(self.source, self.s, self.s.init_state()), 0
+      return upcycle.load(self.source, self.s, self.s.init_state()), 0, None
     state, host = out
     if host.get("spikes"):
       self.spikes.load(host["spikes"])
@@ -137,7 +158,11 @@ class Trainer:
     self.last["eval"] = host.get("eval", {})
     self.last["init_from"] = host.get("init_from")
     print(f"resumed from checkpoint step {step}", flush=True)
-    return state, step
+    # against the config the restored checkpoint was trained with (the newest one unless it failed to load)
+    changes = configlib.config_changes(self.ckpt.config(step) or configlib.to_json(self.cfg), self.cfg)
+    if not self.allow_config_change:
+      configlib.refuse_trajectory_changes(changes, self.workdir, step)
+    return state, step, changes
 
   def _save(self, state, step: int):
     host = {"spikes": self.spikes.state(), "loss": self.last["loss"], "eval": self.last["eval"],
@@ -205,8 +230,8 @@ class Trainer:
 
   def run(self) -> int:
     cfg, t = self.cfg, self.cfg.train
-    state, start = self._restore()
-    self._open_logs(start)
+    state, start, changes = self._restore()
+    self._open_logs(start, changes)
     print(f"{cfg.model.residual}, {cfg.model.num_layers} layers: {self.params:,} params, "
           f"{self.flops_per_token / 1e6:.2f} MFLOP/token (train), mesh {dict(self.s.mesh.shape)}", flush=True)
     self._unigram()
@@ -295,6 +320,6 @@ class Trainer:
           log.close()
 
 
-def train(cfg, workdir: str, force_unlock: bool = False) -> int:
+def train(cfg, workdir: str, allow_config_change: bool = False, force_unlock: bool = False) -> int:
   with lock.hold(workdir, force_unlock) as owner:
-    return Trainer(cfg, workdir, owner).run()
+    return Trainer(cfg, workdir, owner, allow_config_change).run()

@@ -41,6 +41,18 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   # the same command again: already complete, nothing retrained
   r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
   assert r.returncode == 0 and "compiled" not in r.stdout
+  # a trajectory change on resume is refused, naming the field and both values; allowed, it is recorded
+  started = open(os.path.join(wd, "config.json")).read()
+  more = ["--config.train.batch_size=8", "--config.train.steps=8"]
+  r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus), *more)
+  assert r.returncode == 2 and "train.batch_size=4 -> 8" in r.stderr and "--allow_config_change" in r.stderr
+  assert "Traceback" not in r.stderr and not os.path.exists(os.path.join(wd, "config_changes.jsonl"))
+  r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus),
+          "--config.train.lr=0.002", "--allow_config_change")
+  assert r.returncode == 0 and "compiled" not in r.stdout, r.stderr[-2000:]
+  assert [json.loads(l) for l in open(os.path.join(wd, "config_changes.jsonl"))] == [
+      {"step": 4, "field": "train.lr", "old": 0.001, "new": 0.002, "kind": "trajectory"}]
+  assert open(os.path.join(wd, "config.json")).read() == started
   # eval uses the checkpoint's own config, whatever the current config files say
   r = run("eval.py", f"--workdir={wd}", "--step=2")
   assert r.returncode == 0, r.stderr[-2000:]

@@ -145,6 +145,7 @@ MORE_BAD = [
     (["--config.data.name=text_files", "--config.data.paths={empty}"], "is empty"),
     (["--config.data.data_dir=/etc/passwd"], "data.data_dir"),
     (["--config.mesh.data=3"], "mesh"),
+    (["--config.train.grad_accum=3"], "train.grad_accum=3 must be >= 1 and divide train.batch_size=4"),
 ]
 
 

@@ -31,6 +31,12 @@ def test_same_losses_on_every_mesh(results, residual):
       assert abs(a - b) <= 1e-5 * abs(b), (mesh, got, ref)
 
 
+def test_grad_accum_on_a_mesh_matches_one_device(results):
+  ref, got = results["hc:(1, 1, 1)"]["losses"], results["hc:(2, 2, 2):accum2"]["losses"]
+  for a, b in zip(got, ref):
+    assert abs(a - b) <= 1e-5 * abs(b), (got, ref)
+
+
 def test_param_and_optimizer_shardings_follow_rules(results):
   r = results["pre_norm:(2, 2, 2)"]
   assert r["spec_q"] == "P(None, 'fsdp', 'tensor', None)"  # (layers, embed, heads, kv)

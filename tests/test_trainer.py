@@ -136,8 +136,54 @@ def test_resume_restores_the_host_state(hc_runs):
   summary = json.load(open(os.path.join(a, "summary.json")))
   t = trainer.Trainer(cfg, a)
   try:
-    _, start = t._restore()
+    _, start, _ = t._restore()
   finally:
     t.ckpt.close()
   assert start == 6 and t.spikes.n == 6 and t.spikes.mean > 0
   assert t.last["loss"] == summary["final_train_loss"] and t.last["eval"]["eval_loss"] == summary["final_eval_loss"]
+
+
+def _files(path):
+  return {f: open(os.path.join(path, f), "rb").read() for f in sorted(os.listdir(path))
+          if os.path.isfile(os.path.join(path, f))}
+
+
+def test_config_changes_on_resume(tmp_path, text_corpus):
+  """train.steps may change; a trajectory change is refused (nothing written) unless allowed; every accepted
+  change lands in config_changes.jsonl at the step it took effect, and config.json stays the starting config."""
+  out = str(tmp_path / "c")
+  base = {"train.steps": 2, "train.warmup_steps": 1}
+  assert trainer.train(text_config(text_corpus, **base), out) == 0
+  started = open(os.path.join(out, "config.json")).read()
+  before = _files(out)
+  with pytest.raises(InputError, match=r"step 2 with train\.batch_size=4 -> 8, train\.lr=0\.001 -> 0\.002 "
+                                       r"would change the training trajectory"):
+    trainer.train(text_config(text_corpus, **{**base, "train.batch_size": 8, "train.lr": 2e-3}), out)
+  assert _files(out) == before
+  # extending the run, and changing how often it logs: accepted and recorded
+  assert trainer.train(text_config(text_corpus, **{**base, "train.steps": 3, "train.log_every": 2}), out) == 0
+  assert trainer.train(text_config(text_corpus, **{**base, "train.steps": 4, "train.log_every": 2,
+                                                   "train.batch_size": 8}), out, allow_config_change=True) == 0
+  assert open(os.path.join(out, "config.json")).read() == started
+  with open(os.path.join(out, "config_changes.jsonl")) as f:
+    rows = [json.loads(l) for l in f]
+  assert rows == [
+      {"step": 2, "field": "train.log_every", "old": 1, "new": 2, "kind": "harmless"},
+      {"step": 2, "field": "train.steps", "old": 2, "new": 3, "kind": "steps"},
+      {"step": 3, "field": "train.batch_size", "old": 4, "new": 8, "kind": "trajectory"},
+      {"step": 3, "field": "train.steps", "old": 3, "new": 4, "kind": "steps"}]
+  summary = json.load(open(os.path.join(out, "summary.json")))
+  assert summary["status"] == "completed" and summary["step"] == 4
+  prov = summary["provenance"]
+  import subprocess
+  head = subprocess.run(["git", "-C", os.path.dirname(trainer.__file__), "rev-parse", "HEAD"], capture_output=True,
+                        text=True)
+  if head.returncode == 0:  # tests run from a git checkout
+    assert prov["git_commit"] == head.stdout.strip() and isinstance(prov["git_dirty"], bool)
+  else:
+    assert prov["git_commit"] is None and prov["git_dirty"] is None
+  assert set(prov["versions"]) == {"jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "grain"}
+  import jax
+  assert prov["versions"]["jax"] == jax.__version__
+  assert prov["devices"] == {"platform": "cpu", "device_kind": jax.devices()[0].device_kind, "count": 1}
+  assert prov["processes"] == 1

@@ -30,11 +30,13 @@ fi
 OUT=${OUT:-runs/gpu_bench}
 mkdir -p "$OUT"
 
+# one pass over the batch with dots_no_batch remat, as measured before the :tpu configs took up grad_accum
+step=(--config.model.remat=dots_no_batch --config.train.grad_accum=1 --config.train.diag_batch=0)
 shape=(--config.model.d_model=1024 --config.model.num_heads=16 --config.model.mlp_dim=4096
-       --config.data.seq_len=1024 --config.train.batch_size=32 --depths=10 --steps=10)
+       --config.data.seq_len=1024 --config.train.batch_size=32 --depths=10 --steps=10 "${step[@]}")
 if [[ -n "${SMOKE:-}" ]]; then
   shape=(--config.model.d_model=64 --config.model.num_heads=4 --config.model.mlp_dim=128
-         --config.data.seq_len=32 --config.train.batch_size=2 --depths=2 --steps=2)
+         --config.data.seq_len=32 --config.train.batch_size=2 --depths=2 --steps=2 "${step[@]}")
 fi
 export PYTHONUNBUFFERED=1
 "$PY" -c 'import jax; print(jax.__version__, jax.devices())'

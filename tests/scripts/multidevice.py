@@ -14,10 +14,10 @@ from resnorm import ckpt, dryrun, runtime
 MESHES = ((1, 1, 1), (8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4))
 
 
-def config(residual, mesh):
+def config(residual, mesh, accum=1):
   c = tiny.get_config(residual)
   c.model.num_heads = 4
-  c.train.batch_size, c.train.steps, c.train.warmup_steps = 8, 4, 0
+  c.train.batch_size, c.train.steps, c.train.warmup_steps, c.train.grad_accum = 8, 4, 0, accum
   c.mesh.data, c.mesh.fsdp, c.mesh.tensor = mesh
   return c
 
@@ -28,8 +28,8 @@ def batches(c):
   return [{"inputs": t[:, :-1], "targets": t[:, 1:], "mask": np.ones((8, 16), np.float32)} for t in tok]
 
 
-def run(residual, mesh):
-  c = config(residual, mesh)
+def run(residual, mesh, accum=1):
+  c = config(residual, mesh, accum)
   devices = jax.devices()[: int(np.prod(mesh))]
   s = runtime.build(c, devices)
   state = s.init_state()
@@ -62,6 +62,8 @@ def main():
         cp = ckpt.Checkpointer(path)
         cp.save(4, state, None, {})
         cp.close()
+  # two micro-batches of 4, one sequence per device of the (data, fsdp) axes
+  results["hc:(2, 2, 2):accum2"] = run("hc", (2, 2, 2), accum=2)[0]
   # restore each checkpoint onto the other mesh shape and onto one device
   for src in ("8x1x1", "2x2x2"):
     for dst in ((2, 2, 2), (8, 1, 1), (1, 1, 1)):
