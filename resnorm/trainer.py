@@ -7,7 +7,7 @@ import time
 import jax
 import numpy as np
 
-from resnorm import ckpt, configlib, data, diagnostics, flops, runtime, step as step_lib, workdir as wd
+from resnorm import ckpt, configlib, data, diagnostics, distributed, flops, runtime, step as step_lib, workdir as wd
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -34,7 +34,7 @@ def _prepare_workdir(path: str, cfg) -> ckpt.Checkpointer:
     configlib.check_compatible(wd.read_json(cfg_path, "workdir config"), cfg, path)
   try:
     os.makedirs(path, exist_ok=True)
-    probe = os.path.join(path, ".write_test")
+    probe = os.path.join(path, f".write_test.{jax.process_index()}")  # one per process: they probe at once
     open(probe, "w").close()
     os.remove(probe)
   except OSError as e:
@@ -55,8 +55,8 @@ class Trainer:
     self.cfg, self.workdir = cfg, workdir
     self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
-    self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
-    self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
+    self.train_it = data.train_iterator(cfg)
+    self.eval_data = data.eval_batches(cfg)
     self.ckpt = _prepare_workdir(workdir, cfg)
     self.spikes = diagnostics.SpikeDetector()
     self.params = flops.param_count(self.s.mcfg)
@@ -174,7 +174,7 @@ class Trainer:
     print(f"compiled train step in {compile_s:.1f}s (start-up {self.startup_s:.1f}s)", flush=True)
     if t.diag_every and start == 0:
       self._diagnostics(state, batch, 0)
-    preempt = _Preemption()
+    preempt, vote = _Preemption(), distributed.StopVote()
     tokens_per_step = t.batch_size * cfg.data.seq_len
     pending, step, t_log, s_log, skipped_total = None, start, time.perf_counter(), start, 0
     try:
@@ -184,7 +184,9 @@ class Trainer:
         step += 1
         prev, pending = pending, (step, metrics)
         todo = [prev] if prev else []
-        stopping = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
+        asked = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
+        # several processes stop after one agreed step, whichever of them was signalled
+        stopping = (asked or "stop asked on another process") if vote.should_stop(step, asked is not None) else None
         sync = step % t.eval_every == 0 or step % t.ckpt_every == 0 or step == t.steps or stopping
         if sync:
           todo.append(pending)
