@@ -87,12 +87,12 @@ def initialize() -> None:
   JAX computation."""
   env = os.environ
   join_s, heartbeat_s = _seconds(JOIN_ENV, 300), _seconds(HEARTBEAT_ENV, 100)
-  setup = _env_setup()
   detected = int(env.get("SLURM_NTASKS", "1") or 1) > 1 or "," in env.get("TPU_WORKER_HOSTNAMES", "")
+  setup = None if detected else _env_setup()
   if setup is None and not detected:
     return
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
-  if setup is None:  # TPU pod slice or SLURM: JAX finds the coordinator and the process ids itself
+  if detected:  # TPU pod slice or SLURM: JAX finds the coordinator and the process ids itself
     jax.distributed.initialize(initialization_timeout=join_s, heartbeat_timeout_seconds=heartbeat_s,
                                shutdown_timeout_seconds=heartbeat_s)
   else:
@@ -150,8 +150,8 @@ def _lost(status) -> None:
 
 def _check_same_setup(join_s: int) -> None:
   """Processes started with different JAX_NUM_PROCESSES or arguments would run into each other's collectives."""
-  client = _client()
-  pid = jax.process_index()
+  from jax._src import distributed as jd
+  client, pid = jd.global_state.client, jd.global_state.process_id  # the backend is not started yet
   mine = f"{os.environ.get('JAX_NUM_PROCESSES', '')}|" + hashlib.sha256("\0".join(sys.argv[1:]).encode()).hexdigest()
   client.key_value_set(f"resnorm/setup/{pid}", mine)
   try:

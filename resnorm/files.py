@@ -140,8 +140,11 @@ def _documents(uri: str, split: str, text_key: str, val_fraction: float, start: 
   if _format(uri) == "text":
     if start == 0:
       fs, path = _filesystem(uri)
-      with fs.open_input_stream(path) as f:
-        raw = f.read()
+      try:
+        with fs.open_input_stream(path) as f:
+          raw = f.read()
+      except OSError as e:
+        raise InputError(f"data.paths: cannot read {uri!r}: {str(e).splitlines()[0][:200]}") from None
       cut = int(len(raw) * (1.0 - val_fraction))
       yield 0, raw[:cut] if split == "train" else raw[cut:]
     return
