@@ -3,7 +3,8 @@
 
 A chain of runs on one workdir, each checked as it ends, then compared with an uninterrupted 1-process run, whose
 step-4 checkpoint starts the chain:
-  2 processes resume it, SIGTERM to both   -> both exit 4 after the same step, one checkpoint (1 -> 2 processes)
+  2 processes resume it, SIGTERM to both   -> both exit 4 after the same step, one checkpoint (1 -> 2 processes),
+                                              though process 0 is signalled a step after process 1
   2 processes resume, SIGKILL process 1    -> process 0 exits non-zero within KILL_BOUND_S
   1 process resumes and finishes           -> (2 -> 1) every loss equals the 1-process run's within 1e-5
 Process 1 runs with tests/scripts/guard on its path: opening a run file for writing ends it (exit 97).
@@ -109,11 +110,13 @@ def test_two_processes_equal_one_across_restarts(tmp_path, shards, cache):
   args = [*ARGS, data, f"--workdir={wd}"]
   guard = {"RESNORM_TEST_LEAD_WRITES_ONLY": wd, **cache}
 
-  # 2 processes resume the 1-process checkpoint; SIGTERM to both: one agreed step, one checkpoint, exit 4 each
+  # 2 processes resume the 1-process checkpoint; SIGTERM to process 1, and to process 0 a step later, as signals
+  # reach the hosts of a pod: one agreed step, one checkpoint, exit 4 each
   job = Job(tmp_path, "term", 2, args, **guard)
   job.wait_for_step(0, 6)
-  for p in job.procs:
-    p.send_signal(signal.SIGTERM)
+  job.procs[1].send_signal(signal.SIGTERM)
+  job.wait_for_step(0, 7, timeout=60)
+  job.procs[0].send_signal(signal.SIGTERM)
   assert job.wait() == [4, 4], (job.err(0)[-1500:], job.err(1)[-1500:])
   assert "resumed from checkpoint step 4" in job.out(0)
   (s0,), (s1,) = _checkpointed(job.err(0)), _checkpointed(job.err(1))
