@@ -59,7 +59,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.rezero.share_gate = False       # one gate per block for both sublayers (official code) instead of per sublayer
 
   d = c.data = ml_collections.ConfigDict()
-  d.name = "pystdlib"               # pystdlib (offline default) | files | text_files | any TFDS text dataset (lm1b)
+  d.name = "pystdlib"               # pystdlib (offline default) | files | text_files | a TFDS text dataset (lm1b)
   d.data_dir = "~/tensorflow_datasets"  # TFDS data_dir (a gs:// bucket on TPU)
   d.paths = ""                      # files, text_files: comma-separated files or globs, local or gs://
   d.text_key = "text"               # files: the JSON field / parquet column of the text; TFDS: the text feature
