@@ -77,11 +77,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mhc_lite.pre_logit = 4.0        # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
 
   d = c.data = ml_collections.ConfigDict()
-  d.name = "pystdlib"               # pystdlib (offline default) | text_files | any TFDS text dataset (e.g. lm1b)
+  d.name = "pystdlib"               # pystdlib (offline default) | files | text_files | a TFDS text dataset (lm1b)
   d.data_dir = "~/tensorflow_datasets"  # TFDS data_dir (a gs:// bucket on TPU)
-  d.paths = ""                      # text_files: comma-separated files or globs
-  d.text_key = "text"               # the text feature of a TFDS dataset
-  d.val_fraction = 0.05             # text_files: the tail of each file held out for validation
+  d.paths = ""                      # files, text_files: comma-separated files or globs, local or gs://
+  d.text_key = "text"               # files: the JSON field / parquet column of the text; TFDS: the text feature
+  d.val_fraction = 0.05             # validation share: each .txt / text_files file's tail; files: JSON and parquet
+                                    # documents by a hash of their text
+  d.shuffle_window = 1000           # files: training documents shuffled within windows of this many (<= 1: off)
   d.seq_len = 64                    # tokens per example
   d.pack = True                     # pack documents (BOS-separated) into full rows; False: crop/pad each document
   d.eval_batches = 8                # validation batches per eval
@@ -126,7 +128,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # 4 streams included: the global batch of 256 runs as 16 micro-batches of 16 (4 sequences per device) with
     # whole-block remat, and diagnostics on 8 sequences. `train.py --dry_run --target=v4-8` prints the plan.
     m.dtype, m.remat = "bfloat16", "full"
-    d.name, d.seq_len, d.eval_batches = "c4", 1024, 32
+    d.name, d.seq_len, d.eval_batches = "files", 1024, 32
+    # C4 or FineWeb shards in a bucket (README: Running on Cloud TPU); left as is, training stops with exit 2
+    d.paths = "SET_ME: --config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz'"
     t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4
     t.grad_accum, t.diag_batch = 16, 8
     t.log_every, t.eval_every, t.diag_every, t.ckpt_every = 50, 1000, 1000, 1000

@@ -4,12 +4,19 @@ One Orbax `CheckpointManager` item per step: `state` (params, opt_state, step, r
 sharding) and `data` (the grain iterator state), with the resolved config as the step's custom metadata. Restore
 walks from the newest step down and skips a checkpoint that fails to load (killed mid-save, truncated files),
 saying so in one line, so a crash never costs more than one checkpoint interval.
+
+Several processes: every process saves its shards of `state` (Orbax); the iterator state is the same on every
+process (each runs the one global pipeline, resnorm/data.py), so `data` is written once and restores under any
+process count: a checkpoint of 2 processes resumes in 1, and the other way round.
 """
+import dataclasses
+import json
 import os
 import shutil
 import sys
+from typing import Any
 
-import grain
+import jax
 import orbax.checkpoint as ocp
 
 TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix for a save not yet committed (STEP.orbax-checkpoint-tmp[-T])
@@ -30,6 +37,42 @@ def remove_unfinished(directory: str) -> list[str]:
   return names
 
 
+class _IteratorHandler(ocp.CheckpointHandler):
+  """The grain iterator state as one JSON file, written by process 0. grain's own handler writes one file per
+  process, named with the process count (process_0-of-2.json), which another process count cannot read; those
+  files (checkpoints written before) are still read, any count's."""
+
+  def save(self, directory, args):
+    if jax.process_index() == 0:
+      (directory / "iterator.json").write_text(json.dumps(args.item.get_state(), indent=1))
+
+  def restore(self, directory, args):
+    path = directory / "iterator.json"
+    if not path.exists():
+      found = sorted(directory.glob("process_0-of-*.json"))
+      if not found:
+        raise FileNotFoundError(f"no iterator state in {directory}")
+      path = found[0]
+    args.item.set_state(json.loads(path.read_text()))
+    args.item.start_prefetch()
+    return args.item
+
+  def metadata(self, directory):
+    return None
+
+
+@ocp.args.register_with_handler(_IteratorHandler, for_save=True)
+@dataclasses.dataclass
+class IteratorSave(ocp.args.CheckpointArgs):
+  item: Any
+
+
+@ocp.args.register_with_handler(_IteratorHandler, for_restore=True)
+@dataclasses.dataclass
+class IteratorRestore(ocp.args.CheckpointArgs):
+  item: Any
+
+
 class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
@@ -43,8 +86,7 @@ class Checkpointer:
     for item, handler, save, restore in (
         ("state", ocp.StandardCheckpointHandler(), ocp.args.StandardSave, ocp.args.StandardRestore),
         ("host", ocp.JsonCheckpointHandler(), ocp.args.JsonSave, ocp.args.JsonRestore),
-        ("data", grain.checkpoint.CheckpointHandler(), grain.checkpoint.CheckpointSave,
-         grain.checkpoint.CheckpointRestore)):
+        ("data", _IteratorHandler(), IteratorSave, IteratorRestore)):
       registry.add(item, save, handler)
       registry.add(item, restore, handler)
     self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
@@ -55,7 +97,7 @@ class Checkpointer:
   def save(self, step: int, state, data_iter, config: dict, host: dict | None = None) -> None:
     args = {"state": ocp.args.StandardSave(state), "host": ocp.args.JsonSave(host or {})}
     if data_iter is not None:
-      args["data"] = grain.checkpoint.CheckpointSave(data_iter)
+      args["data"] = IteratorSave(data_iter)
     self.mngr.save(step, args=ocp.args.Composite(**args), custom_metadata={"config": config}, force=True)
 
   def config(self, step: int) -> dict | None:
@@ -72,7 +114,7 @@ class Checkpointer:
     """(state, host dict) of one step; the data iterator, if given, is restored in place."""
     args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
     if data_iter is not None:
-      args["data"] = grain.checkpoint.CheckpointRestore(data_iter)
+      args["data"] = IteratorRestore(data_iter)
     out = self.mngr.restore(step, args=ocp.args.Composite(**args))
     return out["state"], out["host"]
 
@@ -92,8 +134,11 @@ class Checkpointer:
 
   def _quarantine(self, step: int) -> None:
     """Moves an unreadable checkpoint out of the manager's way (to DIR.corrupt/STEP), never deleting it, so the
-    step can be written again."""
+    step can be written again. Process 0 moves it; the others fail on the same files and skip it too."""
     if self.read_only:
+      return
+    if jax.process_index() != 0:
+      self.mngr.reload()
       return
     dest = os.path.join(f"{self.directory}.corrupt", str(step))
     shutil.rmtree(dest, ignore_errors=True)

@@ -68,6 +68,8 @@ def validate(cfg) -> None:
   check(m.pos != "learned" or d.seq_len <= m.max_len, f"data.seq_len={d.seq_len} exceeds model.max_len={m.max_len}")
   check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction} must be in (0, 1)")
   check(d.eval_batches >= 1, f"data.eval_batches={d.eval_batches} must be >= 1")
+  window = d.get("shuffle_window", 0)  # absent from configs stored before it existed
+  check(window >= 0, f"data.shuffle_window={window} must be >= 0 (<= 1: off)")
   check(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")
   check(t.grad_accum >= 1 and t.batch_size % t.grad_accum == 0,
         f"train.grad_accum={t.grad_accum} must be >= 1 and divide train.batch_size={t.batch_size}")

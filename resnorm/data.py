@@ -1,10 +1,16 @@
-"""Input pipeline: documents (TFDS array_record via `tfds.data_source`, or text files) -> grain -> batches.
+"""Input pipeline: documents (TFDS array_record via `tfds.data_source`, text shards (resnorm/files.py), or text
+files) -> grain -> global batches.
 
 Bytes are tokens 0..255; every document starts with BOS (256); PAD (257) never appears as a target. With
 `data.pack`, documents are concatenated and split into rows of seq_len + 1 tokens (grain's ConcatThenSplit;
 attention is not masked at document boundaries, as in GPT-style packing); otherwise each document is cropped or
 padded. Training iterators are grain `DatasetIterator`s whose state is checkpointed with the train state, so a
-resumed run sees exactly the batches an uninterrupted one would. Each process reads its own shard of documents.
+resumed run sees exactly the batches an uninterrupted one would.
+
+Several processes: every process runs this same pipeline and keeps its rows of each global batch
+(runtime.device_batch), so the batches, and the iterator state, are the same whatever the process count. Packing
+makes a row depend on every document before it, so a process cannot build its rows from a share of the documents
+alone; the duplicated work is one global batch of bytes per step (256 x 1 KB at :tpu), small beside a step.
 """
 import glob
 import os
@@ -14,7 +20,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from grain.experimental import ConcatThenSplitIterDataset
 
-from resnorm import corpus
+from resnorm import corpus, files
 from resnorm.errors import InputError, check
 
 BOS, PAD = 256, 257
@@ -114,31 +120,32 @@ class _ToBatch:
             "mask": (seg[:, 1:] > 0).astype(np.float32)}
 
 
-def dataset(dcfg, split: str, batch_size: int, seed: int, shuffle: bool = True, process_index: int = 0,
-            process_count: int = 1) -> grain.IterDataset:
-  """Batches of this process's shard: per-process batch = batch_size // process_count."""
-  docs = documents(dcfg, split)
-  check(len(docs) > 0, f"data.name={dcfg.name!r} has no {split} documents")
-  docs = docs[process_index::process_count]
-  if shuffle:
-    docs = docs.shuffle(seed=seed)
-  rows = docs.repeat(None).map(_WithBOS()).to_iter_dataset()
+def dataset(dcfg, split: str, batch_size: int, seed: int, shuffle: bool = True) -> grain.IterDataset:
+  """The global batches ([batch_size, ...]), identical on every process."""
+  if dcfg.name == "files":
+    rows = files.documents(dcfg, split, seed, shuffle).map(_WithBOS())
+  else:
+    docs = documents(dcfg, split)
+    check(len(docs) > 0, f"data.name={dcfg.name!r} has no {split} documents")
+    if shuffle:
+      docs = docs.shuffle(seed=seed)
+    rows = docs.repeat(None).map(_WithBOS()).to_iter_dataset()
   length = dcfg.seq_len + 1
   if dcfg.pack:
     rows = ConcatThenSplitIterDataset(rows, length_struct={"tokens": length})
   else:
     rows = rows.map(_CropPad(length))
-  return rows.batch(batch_size // process_count, drop_remainder=True).map(_ToBatch())
+  return rows.batch(batch_size, drop_remainder=True).map(_ToBatch())
 
 
-def train_iterator(cfg, process_index: int = 0, process_count: int = 1):
-  ds = dataset(cfg.data, "train", cfg.train.batch_size, cfg.seed, True, process_index, process_count)
+def train_iterator(cfg):
+  ds = dataset(cfg.data, "train", cfg.train.batch_size, cfg.seed, True)
   if cfg.data.worker_count > 0:
     ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=cfg.data.worker_count))
   return iter(ds)
 
 
-def eval_batches(cfg, process_index: int = 0, process_count: int = 1) -> list[dict]:
+def eval_batches(cfg) -> list[dict]:
   """The fixed validation batches: the first `data.eval_batches` of the unshuffled validation split."""
-  it = iter(dataset(cfg.data, "validation", cfg.train.batch_size, cfg.seed, False, process_index, process_count))
+  it = iter(dataset(cfg.data, "validation", cfg.train.batch_size, cfg.seed, False))
   return [next(it) for _ in range(cfg.data.eval_batches)]

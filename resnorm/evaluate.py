@@ -28,7 +28,7 @@ def _batches(cfg, eval_batches):
   if eval_batches is not None:
     check(eval_batches >= 1, f"--eval_batches={eval_batches} must be >= 1")
     cfg.data.eval_batches = eval_batches
-  return data.eval_batches(cfg, jax.process_index(), jax.process_count())
+  return data.eval_batches(cfg)
 
 
 def eval_init(cfg, outdir: str, eval_batches=None) -> int:

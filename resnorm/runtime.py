@@ -45,8 +45,14 @@ class Setup:
     stack.enter_context(self.rules())
     return stack
 
-  def device_batch(self, local_batch: dict):
-    return {k: jax.make_array_from_process_local_data(self.batch_sh, np.asarray(v)) for k, v in local_batch.items()}
+  def device_batch(self, global_batch: dict):
+    """Global arrays from a global batch every process holds whole: each process places the rows of its own devices
+    (all of them on one process)."""
+    out = {}
+    for k, v in global_batch.items():
+      v = np.asarray(v)
+      out[k] = jax.make_array_from_process_local_data(self.batch_sh, v, v.shape)
+    return out
 
   def compile_train_step(self, state, batch):
     """(compiled step, seconds spent lowering + compiling)."""
@@ -91,6 +97,8 @@ def build(cfg, devices=None) -> Setup:
   configlib.validate(cfg)
   mesh = sharding.make_mesh(cfg.mesh, devices)
   dp = sharding.data_parallel_size(mesh)
+  check(cfg.train.batch_size % jax.process_count() == 0,
+        f"train.batch_size={cfg.train.batch_size} is not divisible by the {jax.process_count()} processes")
   check(cfg.train.batch_size % dp == 0,
         f"train.batch_size={cfg.train.batch_size} is not divisible by the data-parallel size {dp} (mesh.data*mesh.fsdp)")
   accum = cfg.train.grad_accum
@@ -100,8 +108,6 @@ def build(cfg, devices=None) -> Setup:
   diag = step.diag_rows(cfg)
   check(diag % dp == 0, f"train.diag_batch={cfg.train.diag_batch} (the sequences diagnostics use; 0: one "
         f"micro-batch, {cfg.train.batch_size // accum}) is not divisible by the data-parallel size {dp}")
-  check(cfg.train.batch_size % jax.process_count() == 0,
-        f"train.batch_size={cfg.train.batch_size} is not divisible by the {jax.process_count()} processes")
   mcfg = configlib.model_config(cfg)
   tx = optim.make(cfg)
   with nn.logical_axis_rules(sharding.RULES):

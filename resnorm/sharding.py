@@ -1,6 +1,6 @@
-"""Mesh (data, fsdp, tensor), logical axis rules, and the shardings of params, optimizer state and batches."""
+"""Mesh (data, fsdp, tensor), logical axis rules, and the shardings of params, optimizer state and batches.
+Joining several processes into one mesh is resnorm/distributed.py."""
 import math
-import os
 
 import flax.linen as nn
 import jax
@@ -66,14 +66,3 @@ def batch_sharding(mesh) -> NamedSharding:
 
 def replicated(mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
-
-
-def maybe_initialize_distributed() -> None:
-  """jax.distributed.initialize() when this is one process of several: on a Cloud TPU pod slice (auto-detected
-  from the TPU environment), or on a GPU cluster given JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
-  JAX_PROCESS_ID (or SLURM, which JAX reads itself). A single process does nothing."""
-  env = os.environ
-  tpu_hosts = env.get("TPU_WORKER_HOSTNAMES", "")
-  multi = ("JAX_COORDINATOR_ADDRESS" in env or int(env.get("SLURM_NTASKS", "1")) > 1 or "," in tpu_hosts)
-  if multi:
-    jax.distributed.initialize()

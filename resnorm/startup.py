@@ -11,14 +11,14 @@ def start(compilation_cache: bool = True) -> None:
   """Quiet C++ logs, tune the host allocator (resnorm.hostmem), the compilation cache (off for the bench, whose
   compile times must be real), then jax.distributed when this is one process of several."""
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  from resnorm import hostmem, sharding
+  from resnorm import distributed, hostmem
   hostmem.keep_freed_memory()
   if compilation_cache:
     enable_compilation_cache()
   else:
     import jax
     jax.config.update("jax_enable_compilation_cache", False)
-  sharding.maybe_initialize_distributed()
+  distributed.initialize()
 
 
 def enable_compilation_cache() -> str | None:

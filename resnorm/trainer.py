@@ -7,8 +7,8 @@ import time
 import jax
 import numpy as np
 
-from resnorm import (ckpt, configlib, data, diagnostics, flops, lock, progress, provenance, runtime,
-                     step as step_lib, unigram, upcycle, workdir as wd)
+from resnorm import (ckpt, configlib, data, diagnostics, distributed, flops, lock, progress, provenance,
+                     runtime, step as step_lib, unigram, upcycle, workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -36,7 +36,7 @@ def _prepare_workdir(path: str, cfg, allow_config_change: bool = False) -> ckpt.
     configlib.check_compatible(wd.read_json(cfg_path, "workdir config"), cfg, path)
   try:
     os.makedirs(path, exist_ok=True)
-    probe = os.path.join(path, ".write_test")
+    probe = os.path.join(path, f".write_test.{jax.process_index()}")  # one per process: they probe at once
     open(probe, "w").close()
     os.remove(probe)
   except OSError as e:
@@ -79,8 +79,8 @@ class Trainer:
     self.allow_config_change = allow_config_change
     self.s = runtime.build(cfg)
     self.lead = jax.process_index() == 0
-    self.train_it = data.train_iterator(cfg, jax.process_index(), jax.process_count())
-    self.eval_data = data.eval_batches(cfg, jax.process_index(), jax.process_count())
+    self.train_it = data.train_iterator(cfg)
+    self.eval_data = data.eval_batches(cfg)
     # train.init_from: checked before the workdir is touched; a workdir with its own checkpoint resumes from it
     self.source = upcycle.resolve(cfg) if cfg.train.init_from and not upcycle.has_checkpoint(workdir) else None
     self.ckpt = _prepare_workdir(workdir, cfg, allow_config_change)
@@ -247,7 +247,7 @@ class Trainer:
     print(f"compiled train step in {compile_s:.1f}s (start-up {self.startup_s:.1f}s)", flush=True)
     if t.diag_every and start == 0:
       self._diagnostics(state, batch, 0)
-    preempt = _Preemption()
+    preempt, vote = _Preemption(), distributed.StopVote()
     self.progress = progress.Progress(t.steps, start)
     if start == 0 and self.source is not None:
       self._eval(state, 0)  # the source's function, before any step: equals its final eval_loss (same eval data)
@@ -263,7 +263,9 @@ class Trainer:
         self.progress.advance()
         prev, pending = pending, (step, metrics)
         todo = [prev] if prev else []
-        stopping = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
+        asked = preempt.signal  # read once: a signal landing mid-iteration is handled at the next step
+        # several processes stop after one agreed step, whichever of them was signalled
+        stopping = (asked or "stop asked on another process") if vote.should_stop(step, asked is not None) else None
         sync = step % t.eval_every == 0 or step % t.ckpt_every == 0 or step == t.steps or stopping
         if sync:
           todo.append(pending)

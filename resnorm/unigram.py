@@ -8,7 +8,7 @@ over the masked targets of the same validation batches as `eval_loss`.
 
 The counts are computed once per dataset and cached as JSON beside the data: in the TFDS dataset's own version
 directory (`DATA_DIR/pystdlib/py3_11_7/1.0.0/resnorm_unigram.json`, keyed by the dataset's full name), or for
-`text_files` in the run's workdir (`DIR/unigram.json`, keyed by each file's path, size and mtime). At most
+`text_files` and `files` in the run's workdir (`DIR/unigram.json`, keyed by each file's path, size and mtime). At most
 MAX_BYTES of training documents are counted (in split order): all of the default corpus, a prefix of C4.
 """
 import json
@@ -18,7 +18,7 @@ import time
 import numpy as np
 from etils import epath
 
-from resnorm import data
+from resnorm import data, files as files_lib
 
 MAX_BYTES = 1 << 26
 # learned_beyond_unigram: the final eval loss must sit this far below the unigram loss (README, "make train")
@@ -26,6 +26,10 @@ MARGIN = 0.1
 
 
 def _files_key(dcfg) -> dict:
+  """The cache key of a text_files / files dataset: every file's path, size and mtime, and the split settings."""
+  if dcfg.name == "files":
+    return {"name": "files", "files": files_lib.fingerprint(dcfg.paths), "text_key": dcfg.text_key,
+            "val_fraction": dcfg.val_fraction, "max_bytes": MAX_BYTES}
   import glob
   files = []
   for pat in (p.strip() for p in str(dcfg.paths).split(",") if p.strip()):
@@ -37,7 +41,7 @@ def _files_key(dcfg) -> dict:
 
 def _location(dcfg, fallback_dir: str | None):
   """(cache file or None, key) for the training split of dcfg."""
-  if dcfg.name == "text_files":
+  if dcfg.name in ("text_files", "files"):
     return (os.path.join(fallback_dir, "unigram.json") if fallback_dir else None), _files_key(dcfg)
   info = data.tfds_info(dcfg, "train")
   key = {"name": info.full_name, "split": "train", "max_bytes": MAX_BYTES}
@@ -47,7 +51,8 @@ def _location(dcfg, fallback_dir: str | None):
 def _count(dcfg) -> dict:
   t0 = time.perf_counter()
   counts, docs, total = np.zeros(256, np.int64), 0, 0
-  for doc in data.documents(dcfg, "train"):
+  docs_it = files_lib.one_pass(dcfg, "train") if dcfg.name == "files" else data.documents(dcfg, "train")
+  for doc in docs_it:
     counts += np.bincount(doc, minlength=256)
     docs, total = docs + 1, total + doc.size
     if total >= MAX_BYTES:

@@ -45,6 +45,32 @@ def text_corpus(tmp_path_factory):
   return str(d / "part*.txt")
 
 
+def shard_docs(n=240):
+  """Distinct documents of 20-400 bytes (some non-ASCII), made here."""
+  words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "λ", "μ"]
+  return [f"doc {i}: " + " ".join(words[(i * 7 + k * k) % len(words)] for k in range(2 + (i * 37) % 60))
+          for i in range(n)]
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory):
+  """The same kind of shards researchers have: parquet (3 row groups), jsonl.gz and jsonl, plus one .txt.
+  Returns (directory, documents of the JSON and parquet shards in file order)."""
+  import gzip
+  import json
+  import pyarrow as pa
+  import pyarrow.parquet as pq
+  d = tmp_path_factory.mktemp("shards")
+  docs = shard_docs()
+  pq.write_table(pa.table({"id": list(range(90)), "text": docs[:90]}), d / "part-000.parquet", row_group_size=30)
+  with gzip.open(d / "part-001.jsonl.gz", "wt", encoding="utf-8") as f:
+    f.writelines(json.dumps({"text": t, "url": f"u{i}"}) + "\n" for i, t in enumerate(docs[90:170]))
+  with open(d / "part-002.jsonl", "w", encoding="utf-8") as f:
+    f.writelines(json.dumps({"text": t}) + "\n" for t in docs[170:])
+  (d / "notes.txt").write_text(TEXT[:3000])
+  return str(d), docs
+
+
 @pytest.fixture(scope="session")
 def stdlib_dir(tmp_path_factory):
   """The default corpus, prepared once per test session (about 10 s)."""

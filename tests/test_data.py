@@ -163,17 +163,6 @@ def test_eval_batches_fixed_and_from_validation(stdlib_dir, short_docs):
   _assert_eval_is_validation_prefix(short_config(short_docs, **{"data.eval_batches": 3}))
 
 
-def test_process_shards_are_disjoint(stdlib_dir):
-  cfg = _cfg(stdlib_dir)
-  docs = data.documents(cfg.data, "train")
-  shards = [docs[i::2] for i in range(2)]
-  assert len(shards[0]) + len(shards[1]) == len(docs)
-  firsts = [bytes(s[0][:200]) for s in shards]
-  assert firsts[0] != firsts[1]
-  half = next(iter(data.dataset(cfg.data, "train", 4, 0, True, 1, 2)))
-  assert half["inputs"].shape == (2, 16)
-
-
 def test_text_files_split_head_tail(text_corpus):
   cfg = text_config(text_corpus)
   train, val = data.documents(cfg.data, "train"), data.documents(cfg.data, "validation")
