@@ -22,6 +22,7 @@ from configs.sweeps import results as sweep_file  # noqa: E402
     ([-0.5, -0.6, -0.55], 1, cl.NOT_REPRODUCED),
     ([-0.5, -0.6, -0.55], -1, cl.REPRODUCED),       # the claim predicts a decrease
     ([0.5, -0.1, 0.55], 1, cl.INCONCLUSIVE),          # mixed signs
+    ([1.0, 1.1, 0.9, 1.05, -0.01], 1, cl.INCONCLUSIVE),  # mean > 2 SE, but one seed has the other sign
     ([0.01, 1.0, 0.01], 1, cl.INCONCLUSIVE),          # one sign, but the mean is within 2 SE
     ([0.5], 1, cl.INCONCLUSIVE),                      # one seed: no standard error
     ([0.5, None, 0.6, float("nan")], 1, cl.REPRODUCED),  # missing seeds are left out
@@ -88,6 +89,24 @@ def test_claims_read_from_runs(tmp_path):
   c8 = cl.c8(R, d)[0]
   assert c8["values"] == pytest.approx({0: cl.FAIL_LOSS - 3.0, 1: 1.0}) and c8["verdict"] == cl.REPRODUCED
   assert cl.c10(R, d)[0]["values"] == {}  # no HC run: the part has no seeds, and is inconclusive
+
+
+@pytest.mark.parametrize("pre_stalled", [False, True])
+def test_c6_counts_divergence_only_where_pre_norm_trained(tmp_path, pre_stalled):
+  """hc diverges at warmup 0 in every seed: that breaks 'no worse than Pre-Norm' unless Pre-Norm itself stalled
+  there; mHC at most MARGIN worse everywhere passes."""
+  d = grid.design(sweep_file.FULL, "test")
+  for s in d["seeds"]:
+    for f in d["warmup_fracs"]:
+      r = grid.Recipe("pre_norm", 2, d["lrs"][0], f, d["steps"])
+      _fake_run(tmp_path, r, s, 3.0, stalled=pre_stalled and f == 0)
+      _fake_run(tmp_path, r._replace(variant="hc"), s, None if f == 0 else 2.9, "diverged" if f == 0 else "completed")
+      _fake_run(tmp_path, r._replace(variant="mhc"), s, 3.01)
+  parts = {p["label"]: p for p in cl.c6(cl.Runs(str(tmp_path), d), d)}
+  hc = cl.MARGIN + (0.1 if pre_stalled else 3.0 - cl.FAIL_LOSS)
+  assert parts["c"]["values"] == pytest.approx({0: hc, 1: hc})
+  assert parts["c"]["verdict"] == (cl.REPRODUCED if pre_stalled else cl.NOT_REPRODUCED)
+  assert parts["d"]["values"] == pytest.approx({0: 0.01, 1: 0.01}) and parts["d"]["verdict"] == cl.REPRODUCED
 
 
 def test_stalled_runs_are_not_trained(tmp_path):

@@ -52,7 +52,9 @@ def init_diagnostics(R, d) -> int:
           if not os.path.exists(R.init_path(v, L, s))]
   if not todo:
     return 0
+  from absl import logging
   from resnorm import data, evaluate, runtime, startup
+  logging.set_verbosity(logging.WARNING)
   startup.start()
   base = _module(os.path.join(ROOT, "configs", "base.py"))
   for v, L, s in todo:
@@ -182,6 +184,8 @@ def main(argv):
   size = "quick" if FLAGS.quick else os.environ.get(grid.SIZE_ENV) or "full"
   check(size in grid.SIZES, f"${grid.SIZE_ENV}={size!r} is unknown; known: {', '.join(grid.SIZES)}")
   t0 = time.time()
+  if size != "full":  # tiny models: XLA's optimizations cost more compile time than they save (read at jax import)
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   d = grid.design(_module(SWEEP).FULL, size)
   rc = run_grid(size, FLAGS.root, FLAGS.jobs)
   R = cl.Runs(FLAGS.root, d)

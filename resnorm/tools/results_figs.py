@@ -4,6 +4,7 @@ import math
 import os
 import warnings
 
+import matplotlib.ticker
 import numpy as np
 
 from resnorm.tools import claims as cl
@@ -19,6 +20,13 @@ def _save(fig, fig_dir, name):
   fig.savefig(os.path.join(fig_dir, name), dpi=110, bbox_inches="tight")
   plt.close(fig)
   return name
+
+
+def _depth_axis(ax, depths):
+  """A log x axis labelled at the depths themselves (no 2x10^0 minor labels)."""
+  ax.set_xscale("log")
+  ax.set_xticks(depths, [str(L) for L in depths])
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def band(ax, x, ys, label=None, **kw):
@@ -64,7 +72,8 @@ def fig_c1(R, d, fig_dir):
     g0 = np.mean([g for g in pre0 if g])
     b.plot(Ls, [g0 * math.sqrt(Ls[0] / L) for L in Ls], "k:", label="1/sqrt(L)")
   a.set(xlabel=f"sublayer (L={top})", ylabel="grad norm at init", yscale="log", title="per sublayer")
-  b.set(xlabel="layers L", ylabel="last sublayer grad norm", xscale="log", yscale="log", title="against depth")
+  b.set(xlabel="layers L", ylabel="last sublayer grad norm", yscale="log", title="against depth")
+  _depth_axis(b, Ls)
   a.legend(fontsize=8)
   b.legend(fontsize=8)
   return [_save(fig, fig_dir, "c1_init_grad.png")]
@@ -170,8 +179,8 @@ def fig_c4(R, d, fig_dir):
          and run["unigram"]]
   if uni:
     ax.axhline(np.mean(uni), color="gray", ls=":", label="byte unigram")
-  ax.set(xscale="log", xlabel="layers L", ylabel="final eval loss", title="reference recipe")
-  ax.set_xticks(d["depths"], [str(L) for L in d["depths"]])
+  ax.set(xlabel="layers L", ylabel="final eval loss", title="reference recipe")
+  _depth_axis(ax, d["depths"])
   ax.legend(fontsize=8)
   return [_save(fig, fig_dir, "c4_depth.png")]
 
