@@ -3,20 +3,24 @@
 FULL is the design; resnorm/tools/grid.py turns it into named runs (and shrinks it for --quick and the test,
 chosen by $RESNORM_RESULTS_SIZE). Every point has 3 seeds; a seed gives every variant the same base weights.
 
-Where the time goes (CPU-seconds per run on the 2-core machine, measured 2026-12-01 with the compilation cache;
-"cold" is a recipe's first seed, which compiles; the other two seeds load the compiled steps):
-  4 layers, 200 steps: pre/post 9 cold, 6 cached; hc/mhc ~15 cold, ~9 cached
-  12 layers, 200 steps: pre/post ~15 cold, ~10 cached; hc 33 cold (with diagnostics), 17.5 cached
-  per step about 0.003 s x layers (pre/post), twice that for hc/mhc; fixed cost 4-12 s per run
-Budget, 3 seeds (run-CPU-minutes):
-  stability map  4 variants x {4, 12} layers x 5 lr x 2 warmup = 80 points, 240 runs        ~ 54
+Where the time goes: CPU-seconds per run, measured 2026-11-30 on the 2-core machine (user + sys; the machine was
+shared, so wall times were 2-5x these). "cold" is a recipe's first seed, which compiles; its other seeds load the
+compiled steps from the compilation cache (seed-major order, resnorm.tools.grid.add_points):
+  pre_norm  4 layers, 200 steps, diagnostics:  15.4 cold,  6.1 cached
+  pre_norm 12 layers, 200 steps:               14.5 cold, 10.5 cached;  bfloat16: 22.5 cold
+  hc       12 layers, 200 steps, diagnostics:  33.4 cold, 17.5 cached;  mhc: 19.9 cached
+  post_norm 4 layers: 10.4 at 300 steps, 14.5 at 600;  8 layers, 1000 steps: 31.5;  12 layers, 600 steps: 28
+  -> per step about 0.0029 s x layers (pre/post; 2.1x that for hc/mhc), plus 6-7 s cold or 3.5 s cached per run
+     (diagnostics add about 5 s cold, 1 s cached; bfloat16 costs 1.5x on this CPU).
+Budget, 3 seeds (run-CPU-minutes, from that model):
+  stability map  4 variants x {4, 12} layers x 5 lr x 2 warmup = 80 recipes, 240 runs     ~ 50
   C4 depths      pre/post at {2, 6, 8, 24, 48} (4 and 12 come from the map), 30 runs     ~  9
+  C7 longer      pre/post, 8 layers, 1000 steps and its 200-step twin, 12 runs           ~  4
+  C8, C9         Pre-Norm 12 layers x 2 lr: no final norm; bf16 with float32 / bf16 stats ~  5
   C3 regime      pre/post x warmup {0, 30%}, 4 layers, 600 steps, 12 runs                ~  2.5
-  C7 longer      pre/post, 4 layers, 1000 steps, 6 runs                                  ~  2
-  C8, C9         Pre-Norm 12 layers x 2 lr: no final norm; bf16 with float32 / bf16 stats ~  6
-  init (C1, C2)  pre/post x {4, 12, 24, 48, 96} layers, in-process                       ~  2
-  total about 75 run-CPU-minutes -> about 40 minutes on 2 idle cores with --jobs=2 (runs are mostly one thread:
-  the second job uses the second core); under 100 with the machine shared. Rerunning reuses finished runs.
+  init (C1, C2)  pre/post x {4, 12, 24, 48, 96} layers x 3 seeds, in-process             ~  2
+  total about 73 run-CPU-minutes (312 runs) -> about 40 minutes with --jobs=2 on 2 idle cores (a run keeps about
+  one core busy); 100 minutes leaves room for a machine shared at about 2x. Rerunning reuses finished runs.
 """
 from resnorm.tools import grid
 
