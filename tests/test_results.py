@@ -74,7 +74,7 @@ def _fake_run(root, r, seed, loss, status="completed", cos=None, stalled=None):
 
 
 def test_claims_read_from_runs(tmp_path):
-  """C5 (cosine, from diagnostics) and C8 (loss, with a divergence) on hand-made runs with known answers."""
+  """C5 (cosine, from diagnostics), C8 (loss, with a divergence) and C9 on hand-made runs with known answers."""
   d = grid.design(sweep_file.FULL, "test")
   L = max(d["map_depths"])
   for s in d["seeds"]:
@@ -82,12 +82,16 @@ def test_claims_read_from_runs(tmp_path):
       _fake_run(tmp_path, grid.ref(d, v, L), s, 3.0, cos=[c, c, None])
     _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="nofinal"), s, 4.0 if s else None, "completed" if s else
               "diverged")
+    _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="bf16"), s, 3.0)
+    _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="bf16stats"), s, 2.9 + 0.01 * s)
   R = cl.Runs(str(tmp_path), d)
   c5 = cl.c5(R, d)
   assert [p["verdict"] for p in c5] == [cl.REPRODUCED, cl.INCONCLUSIVE]  # spreads are equal: no effect
   assert c5[0]["values"] == pytest.approx({0: 0.19, 1: 0.18})
   c8 = cl.c8(R, d)[0]
   assert c8["values"] == pytest.approx({0: cl.FAIL_LOSS - 3.0, 1: 1.0}) and c8["verdict"] == cl.REPRODUCED
+  c9 = cl.c9(R, d)[0]  # bf16 statistics better here: the claim's sign is wrong in both seeds
+  assert c9["values"] == pytest.approx({0: -0.1, 1: -0.09}) and c9["verdict"] == cl.NOT_REPRODUCED
   assert cl.c10(R, d)[0]["values"] == {}  # no HC run: the part has no seeds, and is inconclusive
 
 
@@ -132,7 +136,7 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus):
   for row in rows:
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[2].strip("*") in (cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE), row
-    assert cells[4] == "2", row  # both seeds entered every claim
+    assert cells[4] == ("0 of 2" if row.startswith("| [C9]") else "2"), row  # both seeds entered every claim
   for name in re.findall(r"\(figures/([^)]+)\)", text):
     assert (out / "figures" / name).stat().st_size > 0, name
   assert "stability_map.png" in text and "### C10" in text

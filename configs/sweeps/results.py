@@ -42,6 +42,7 @@ FULL = {
     # C3: the regime the probes found (docs/results_notes.md): at 4 layers and lr 1e-2, Post-Norm without warmup
     # falls to the plateau, and a warmup of 180 steps (30% of 600) rescues it; 20 or 60 steps do not.
     "c3": {"layers": 4, "lr": 1e-2, "steps": 600, "warmup_frac": 0.3},
+    "bf16_tags": ("bf16", "bf16stats"),      # C9: bfloat16 with norm statistics in float32 / in bfloat16
     "evals": 4,                               # evals per run (eval curves of C3, C7-C9)
     "common": {},                             # config overrides for every run (quick/test shrink the model here)
 }

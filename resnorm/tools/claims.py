@@ -188,9 +188,9 @@ def c3(R, d):
   parts = [part("a", f"L={L}: loss at lr {lrs[-1]:g} without warmup minus the best loss of the map, "
                      "Post-Norm minus Pre-Norm", +1, lambda s: _d(penalty("post_norm", s), penalty("pre_norm", s)),
                 d["seeds"]),
-           part("b", f"L={L}: warmup benefit loss(warmup 0) - loss(warmup {f:.0%}) at lr {', '.join(f'{x:g}' for x in hi)},"
-                     " Post-Norm minus Pre-Norm", +1, lambda s: _d(benefit("post_norm", s), benefit("pre_norm", s)),
-                d["seeds"])]
+           part("b", f"L={L}: warmup benefit loss(warmup 0) - loss(warmup {f:.0%}) at lr "
+                     f"{', '.join(f'{x:g}' for x in hi)}, Post-Norm minus Pre-Norm", +1,
+                lambda s: _d(benefit("post_norm", s), benefit("pre_norm", s)), d["seeds"])]
   if grid.c3_recipes(d):
     r = {(x.variant, x.warmup_frac): x for x in grid.c3_recipes(d)}
     c = d["c3"]
@@ -254,8 +254,8 @@ def c7(R, d):
 
 def _ablation(R, d, tag, base):
   L = max(d["map_depths"])
-  return lambda s: _mean([_d(R.loss(grid.ref(d, "pre_norm", L, lr, tag), s), R.loss(grid.ref(d, "pre_norm", L, lr, base), s))
-                          for lr in grid.ablation_lrs(d)])
+  loss = lambda lr, t, s: R.loss(grid.ref(d, "pre_norm", L, lr, t), s)
+  return lambda s: _mean([_d(loss(lr, tag, s), loss(lr, base, s)) for lr in grid.ablation_lrs(d)])
 
 
 def c8(R, d):

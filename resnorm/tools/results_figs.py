@@ -29,6 +29,11 @@ def _depth_axis(ax, depths):
   ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
+def _legend(ax, **kw):
+  if ax.get_legend_handles_labels()[0]:  # a panel whose runs are all missing has nothing to label
+    ax.legend(**kw)
+
+
 def band(ax, x, ys, label=None, **kw):
   """Mean +- std over seeds of equal-length (or NaN-padded) series ys."""
   ys = [y for y in ys if y is not None]
@@ -74,8 +79,8 @@ def fig_c1(R, d, fig_dir):
   a.set(xlabel=f"sublayer (L={top})", ylabel="grad norm at init", yscale="log", title="per sublayer")
   b.set(xlabel="layers L", ylabel="last sublayer grad norm", yscale="log", title="against depth")
   _depth_axis(b, Ls)
-  a.legend(fontsize=8)
-  b.legend(fontsize=8)
+  _legend(a, fontsize=8)
+  _legend(b, fontsize=8)
   return [_save(fig, fig_dir, "c1_init_grad.png")]
 
 
@@ -89,7 +94,7 @@ def fig_c2(R, d, fig_dir):
     band(b, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, color=COLORS[v])
   a.set(xlabel=f"sublayer (L={top})", ylabel="input RMS", yscale="log", title="at init")
   b.set(xlabel=f"sublayer (L={deep})", ylabel="input RMS", yscale="log", title="after training (reference recipe)")
-  a.legend(fontsize=8)
+  _legend(a, fontsize=8)
   return [_save(fig, fig_dir, "c2_act_rms.png")]
 
 
@@ -141,8 +146,8 @@ def fig_map(R, d, fig_dir):
       if i == len(depths) - 1:
         ax.set_xlabel("learning rate", fontsize=8)
   fig.colorbar(im, ax=axes, label=f"mean final eval loss over {n} seeds", shrink=0.8)
-  fig.suptitle(f"final eval loss after {d['steps']} steps: mean over the seeds that did not diverge, and how many seeds "
-               "diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
+  fig.suptitle(f"final eval loss after {d['steps']} steps: mean over the seeds that did not diverge, and how many "
+               "seeds diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
   return _save(fig, fig_dir, "stability_map.png")
 
 
@@ -156,7 +161,7 @@ def fig_c3(R, d, fig_dir):
         band(ax, d["lrs"], ys, f"{v} wu {grid.warmup_steps(d['steps'], f)}", color=COLORS[v], ls=ls, marker=".")
     ax.set(xscale="log", xlabel="learning rate", ylabel=f"final eval loss (diverged: {cl.FAIL_LOSS:.2f})",
            title=f"{L} layers ({d['steps']} steps; solid: no warmup)")
-  axes[0][-1].legend(fontsize=7, ncol=2)
+  _legend(axes[0][-1], fontsize=7, ncol=2)
   out = [fig_map(R, d, fig_dir), _save(fig, fig_dir, "c3_lr.png")]
   if grid.c3_recipes(d):
     fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -165,7 +170,7 @@ def fig_c3(R, d, fig_dir):
       band(ax, steps, ys, f"{r.variant} wu {grid.warmup_steps(r.steps, r.warmup_frac)}", color=COLORS[r.variant],
            ls="--" if r.warmup_frac else "-")
     ax.set(xlabel="step", ylabel="eval loss", title=f"long-warmup regime, L={d['c3']['layers']}, lr {d['c3']['lr']:g}")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
     out.append(_save(fig, fig_dir, "c3_warmup.png"))
   return out
 
@@ -181,7 +186,7 @@ def fig_c4(R, d, fig_dir):
     ax.axhline(np.mean(uni), color="gray", ls=":", label="byte unigram")
   ax.set(xlabel="layers L", ylabel="final eval loss", title="reference recipe")
   _depth_axis(ax, d["depths"])
-  ax.legend(fontsize=8)
+  _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, "c4_depth.png")]
 
 
@@ -192,7 +197,7 @@ def _cos_fig(R, d, fig_dir, variants, name):
     rows = [R.last(grid.ref(d, v, L), s) for s in d["seeds"]]
     band(ax, None, [cl.col(r, "cos_next_median") for r in rows], v, color=COLORS[v])
   ax.set(xlabel=f"sublayer l (L={L})", ylabel="median cos(u_l, u_l+1)", title="after training, reference recipe")
-  ax.legend(fontsize=8)
+  _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, name)]
 
 
@@ -212,7 +217,7 @@ def _curve_fig(R, d, fig_dir, panels, name):
       steps, ys = _curves(R, r, d["seeds"])
       band(ax, steps, ys, label, color=color, ls=ls)
     ax.set(xlabel="step", ylabel="eval loss", title=title)
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, name)]
 
 
@@ -249,7 +254,7 @@ def fig_c10(R, d, fig_dir):
       band(ax, None, [cl.col(r["last"], key) for r in runs if r], f"{v} trained", color=COLORS[v])
       band(ax, None, [cl.col(r["first"], key) for r in runs if r], f"{v} step 0", color=COLORS[v], ls=":")
     ax.set(xlabel=f"sublayer (L={L})", ylabel=f"composite {key.split('_')[1]} Amax gain", yscale="log")
-    ax.legend(fontsize=8)
+    _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, "c10_gains.png")]
 
 
