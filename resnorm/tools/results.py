@@ -60,7 +60,8 @@ def init_diagnostics(R, d) -> int:
   base = _module(os.path.join(ROOT, "configs", "base.py"))
   for v, L, s in todo:
     cfg = base.get_config("cpu")
-    over = {**d["common"], "model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2}
+    over = {**d["common"], "model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
+            "model.init": "xavier"}  # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
     for key, val in over.items():
       *path, last = key.split(".")
       node = cfg
@@ -151,7 +152,8 @@ def design_text(d) -> str:
           f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
           f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup {', '.join(f'{f:.0%}' for f in d['warmup_fracs'])}. "
           f"Reference recipe: lr {d['ref_lr']:g}, warmup {d['ref_warmup_frac']:.0%}. Depth sweep (C4): "
-          f"{list(d['depths'])} layers. Init diagnostics (C1, C2): {list(d['init_depths'])} layers. Longer training "
+          f"{list(d['depths'])} layers. Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier init, 2 "
+          f"validation batches. Longer training "
           f"(C7): {lg['layers']} layers, lr {lg['lr']:g}, {lg['steps']} steps.")
 
 
