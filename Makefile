@@ -52,6 +52,6 @@ test: $(STAMP)
 clean:
 	rm -rf runs
 
-# Regenerates docs/results.md and docs/figures/ (an hour or more on 2 cores; finished runs are reused).
+# Regenerates docs/results.md and docs/figures/ (about 40-60 minutes on 2 cores; finished runs are reused).
 results: $(STAMP)
-	$(BIN)/python -m resnorm.results --root=runs/results
+	$(BIN)/python -m resnorm.results --root=runs/results --jobs=2

@@ -1,185 +1,206 @@
-"""Regenerates docs/results.md and docs/figures/: python -m resnorm.results [--root=runs/results] [--jobs=1]
+"""Regenerates docs/results.md and docs/figures/:
+python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K]
 
-1. Init-time shapes (Xiong et al.): fresh xavier-init models, Pre- vs Post-Norm, gradient norm and input RMS
-   against depth, and the last sublayer's gradient norm against L.
-2. After training (configs/sweeps/results.py, run through resnorm.sweep): adjacent-layer cosine for pre_norm,
-   post_norm and hc; the stability map over lr x warmup; HC versus mHC composite gains.
-Every number in the report is read from the runs; nothing is typed in.
+1. Runs the grid of configs/sweeps/results.py through resnorm.sweep (one train.py process per run; finished runs
+   are reused), then the init diagnostics of C1-C2 in this process (reused too).
+2. Computes the claims C1-C10 from the runs (resnorm/tools/claims.py: quantities, predicted signs, verdict rule).
+3. Writes OUT/results.md: the generated claims table, a section per claim with its figure and per-seed numbers,
+   the stability map; then OUT/results_notes.md (the discussion, written by hand) is appended.
+--quick runs the same pipeline on a tiny model (resnorm.tools.grid.QUICK); $RESNORM_RESULTS_SIZE=test is the
+test's size. Nothing in the report is typed in: every number is read from the runs.
 """
+import importlib.util
+import math
 import os
 import subprocess
 import sys
+import time
 
+import numpy as np
 from absl import flags
 
 from resnorm import workdir as wd
-from resnorm.errors import run_app
-from resnorm.tools import plots
-from resnorm.tools.report import run_row
-from resnorm.unigram import MARGIN
+from resnorm.errors import check, run_app
+from resnorm.tools import claims as cl
+from resnorm.tools import grid
+from resnorm.tools import results_figs as figs
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("root", "runs/results", "Where the sweep runs go (reused: finished runs are skipped).")
-flags.DEFINE_integer("jobs", 1, "Sweep runs at once.")
-flags.DEFINE_string("out", "docs", "Report directory (results.md, figures/).")
+flags.DEFINE_string("root", "runs/results", "Where the runs go (finished runs are reused).")
+flags.DEFINE_string("out", "docs", "Report directory: results.md and figures/.")
+flags.DEFINE_integer("jobs", 1, "Training runs at once.")
+flags.DEFINE_bool("quick", False, "The same pipeline on a tiny model, 2 seeds (minutes).")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
-DEPTHS = (12, 24, 48, 96)
-plt = plots.plt
+SWEEP = os.path.join(ROOT, "configs", "sweeps", "results.py")
 
 
-def _init_diag(residual: str, layers: int, outdir: str) -> dict:
-  path = os.path.join(outdir, "init.json")
-  if not os.path.exists(path):
-    subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--config=configs/{residual}_{layers}l.py",
-                    "--init", f"--outdir={outdir}", "--config.model.init=xavier", "--eval_batches=2"],
-                   cwd=ROOT, check=True, capture_output=True)
-  return wd.read_json(path, "init diagnostics")
+def _module(path):
+  spec = importlib.util.spec_from_file_location(os.path.basename(path)[:-3], path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  return mod
 
 
-def _col(res, key):
-  return [r[key] for r in res["sublayers"]]
+def run_grid(size: str, root: str, jobs: int) -> int:
+  env = {**os.environ, grid.SIZE_ENV: size, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+  return subprocess.run([sys.executable, "-m", "resnorm.sweep", SWEEP, f"--root={root}", f"--jobs={jobs}"],
+                        cwd=ROOT, env=env).returncode
 
 
-def init_section(fig_dir: str, root: str) -> list[str]:
-  res = {(v, L): _init_diag(v, L, os.path.join(root, "init", f"{v}_{L}l")) for v in ("pre_norm", "post_norm")
-         for L in DEPTHS}
-  lines = ["## 1. At initialization (Xiong et al. 2020, docs/variants.md section 6 claims 1-2)", "",
-           "Fresh models, `model.init=xavier` (Glorot-normal matrices, unit-variance embedding), d=64, one validation "
-           "batch of 8 x 64 bytes. `grad_norm` is the Frobenius norm of the gradient of all of a sublayer's params; "
-           "`act_rms` is the RMS of the sublayer's input (the residual stream for Pre-Norm).", ""]
-  for key, ylabel, name in (("grad_norm", "sublayer grad norm", "init_grad_norm"),
-                            ("act_rms", "input RMS", "init_act_rms")):
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for v in ("pre_norm", "post_norm"):
-      ax.plot(_col(res[(v, 48)], key), label=f"{v} (48 layers)")
-    ax.set(xlabel="sublayer (depth)", ylabel=ylabel, yscale="log")
-    ax.legend()
-    plots._save(fig, os.path.join(fig_dir, f"{name}.png"))
-    lines.append(f"![{name}](figures/{name}.png)")
-  g = {k: _col(r, "grad_norm") for k, r in res.items()}
-  rms = {k: _col(r, "act_rms") for k, r in res.items()}
-  lines += ["", "| model | grad norm, last / first sublayer | last sublayer grad norm | input RMS, last / first |",
-            "|---|---|---|---|"]
-  for (v, L) in sorted(res):
-    lines.append(f"| {v} {L}L | {g[(v, L)][-1] / g[(v, L)][0]:.3g} | {g[(v, L)][-1]:.3g} | "
-                 f"{rms[(v, L)][-1] / rms[(v, L)][0]:.3g} |")
-  fig, ax = plt.subplots(figsize=(5, 3.3))
-  for v in ("pre_norm", "post_norm"):
-    ax.plot(DEPTHS, [g[(v, L)][-1] for L in DEPTHS], "o-", label=v)
-  ax.set(xlabel="layers L", ylabel="last sublayer grad norm", xscale="log", yscale="log")
-  ax.legend()
-  plots._save(fig, os.path.join(fig_dir, "init_last_grad_vs_depth.png"))
-  post_up = g[("post_norm", 48)][-1] / g[("pre_norm", 48)][-1]
-  pre_growth = rms[("pre_norm", 48)][-1] / rms[("pre_norm", 48)][0]
-  post_growth = rms[("post_norm", 48)][-1] / rms[("post_norm", 48)][0]
-  pre_fall = g[("pre_norm", 12)][-1] / g[("pre_norm", 96)][-1]
-  post_fall = g[("post_norm", 12)][-1] / g[("post_norm", 96)][-1]
-  lines += ["", "![init_last_grad_vs_depth](figures/init_last_grad_vs_depth.png)", "",
-            f"- Claim 1 (gradients grow toward the output under Post-Norm): at 48 layers the last sublayer's gradient "
-            f"norm is {post_up:.2f}x Pre-Norm's. From 12 to 96 layers Pre-Norm's last-sublayer gradient falls "
-            f"{pre_fall:.2f}x (theory: sqrt(8) = 2.83x) and Post-Norm's {post_fall:.2f}x (theory: constant).",
-            f"- Claim 2 (Pre-Norm's stream grows with depth, Post-Norm's does not): input RMS grows {pre_growth:.2f}x "
-            f"from the first to the last sublayer under Pre-Norm and {post_growth:.2f}x under Post-Norm (48 layers).",
-            ""]
+def init_diagnostics(R, d) -> int:
+  """C1-C2: diagnostics of freshly initialized models, per variant, depth and seed (written once)."""
+  todo = [(v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in d["seeds"]
+          if not os.path.exists(R.init_path(v, L, s))]
+  if not todo:
+    return 0
+  from absl import logging
+  from resnorm import data, evaluate, runtime, startup
+  logging.set_verbosity(logging.WARNING)
+  startup.start()
+  base = _module(os.path.join(ROOT, "configs", "base.py"))
+  for v, L, s in todo:
+    cfg = base.get_config("cpu")
+    over = {**d["common"], "model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
+            "model.init": "xavier"}  # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
+    for key, val in over.items():
+      *path, last = key.split(".")
+      node = cfg
+      for p in path:
+        node = node[p]
+      node[last] = val
+    setup = runtime.build(cfg)
+    res = evaluate.report(setup, setup.init_state()["params"], data.eval_batches(cfg), 0)
+    os.makedirs(os.path.dirname(R.init_path(v, L, s)), exist_ok=True)
+    wd.write_json(R.init_path(v, L, s), res)
+  return len(todo)
+
+
+# ---- markdown ----------------------------------------------------------------------------------------------------
+
+def _pm(values):
+  x = np.array(values, dtype=float)
+  if not len(x):
+    return "n/a"
+  return f"{x.mean():+.3g} ± {x.std(ddof=1):.2g}" if len(x) > 1 else f"{x.mean():+.3g}"
+
+
+def _seeds(c, d):
+  n = min(len(p["values"]) for p in c["parts"])
+  return str(n) if n == len(d["seeds"]) else f"{n} of {len(d['seeds'])}"
+
+
+def claims_table(results, d) -> list[str]:
+  lines = ["| claim | source | verdict | effect (mean ± std) | seeds |", "|---|---|---|---|---|"]
+  for c in results:
+    effect = "; ".join(f"{p['label']}: {_pm(list(p['values'].values()))}" for p in c["parts"])
+    lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | **{c['verdict']}** | {effect} | "
+                 f"{_seeds(c, d)} |")
   return lines
 
 
-def _runs(root):
-  out = {}
-  for name in sorted(os.listdir(root)):
-    if os.path.isfile(os.path.join(root, name, "config.json")):
-      out[name] = run_row(os.path.join(root, name))
+def claim_section(c, d, fig_names) -> list[str]:
+  seeds = d["seeds"]
+  lines = [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}). Verdict: **{c['verdict']}**.", "",
+           "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
+           " | mean ± std | verdict |", "|---|---|---|" + "---|" * len(seeds) + "---|---|"]
+  for p in c["parts"]:
+    vals = " | ".join(f"{p['values'][s]:+.4g}" if s in p["values"] else "missing" for s in seeds)
+    lines.append(f"| {p['label']} | {p['what']} | {'> 0' if p['sign'] > 0 else '< 0'} | {vals} | "
+                 f"{_pm(list(p['values'].values()))} | {p['verdict']} |")
+  return lines + [""] + [f"![{n}](figures/{n})" for n in fig_names] + [""]
+
+
+def map_tables(R, d) -> list[str]:
+  n = len(d["seeds"])
+  cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
+  out = []
+  for L in d["map_depths"]:
+    out += [f"**{L} layers** (final eval loss, mean ± std over the seeds that did not diverge; counts of diverged and "
+            "stalled seeds)", "",
+            "| variant | " + " | ".join(f"lr {lr:g} wu {grid.warmup_steps(d['steps'], f)}" for lr, f in cols) + " |",
+            "|---|" + "---|" * len(cols)]
+    for v in d["variants"]:
+      cells = []
+      for lr, f in cols:
+        mean, std, div, stall, done = figs.cell_stats(R, grid.Recipe(v, L, lr, f, d["steps"]), d["seeds"])
+        cells.append(figs.cell_label(mean, std, div, stall, done, n, sep=", ", with_std=True))
+      out.append(f"| {v} | " + " | ".join(cells) + " |")
+    out.append("")
   return out
 
 
-def trained_section(fig_dir: str, root: str) -> list[str]:
-  runs = _runs(root)
-  ref = "lr0.001-wu15"
-  lines = ["## 2. After training (configs/sweeps/results.py: 24 layers, d=64, 150 steps, batch 8 x 64 bytes)", ""]
-  fig, ax = plt.subplots(figsize=(6, 3.5))
-  cos_rows = []
-  for v in ("pre_norm", "post_norm", "hc", "mhc"):
-    row, last, _ = runs.get(f"{v}-{ref}", (None, None, None))
-    if last:
-      med = [r["cos_next_median"] for r in last["sublayers"]][:-1]
-      lo = [r["cos_next_p05"] for r in last["sublayers"]][:-1]
-      hi = [r["cos_next_p95"] for r in last["sublayers"]][:-1]
-      line, = ax.plot(med, label=v)
-      ax.fill_between(range(len(med)), lo, hi, alpha=0.15, color=line.get_color())
-      cos_rows.append(f"| {v} | {row['cos_last_quarter']:.3f} | {sorted(med)[len(med) // 2]:.3f} | "
-                      f"{row['final_eval_loss']:.3f} | {row['status']} |")
-  ax.set(xlabel="sublayer l", ylabel="cos(u_l, u_l+1): median, 5-95%", title="after training, lr 1e-3, warmup 15")
-  ax.legend()
-  plots._save(fig, os.path.join(fig_dir, "trained_cosine.png"))
-  lines += ["### Adjacent-layer cosine similarity (HC paper Fig. 3)", "", "![trained_cosine](figures/trained_cosine.png)",
-            "", "| variant | median cos, last quarter | median cos, all | eval loss | status |", "|---|---|---|---|---|",
-            *cos_rows, ""]
-  variants, lrs, warmups = ("pre_norm", "post_norm", "hc", "mhc"), ("0.0003", "0.001", "0.003"), ("0", "15")
-  fig, axes = plt.subplots(1, 4, figsize=(12, 2.8))
-  table = ["| variant | " + " | ".join(f"lr {lr} wu {w}" for lr in lrs for w in warmups) + " |",
-           "|---|" + "---|" * 6]
-  for ax, v in zip(axes, variants):
-    grid = [[None] * len(lrs) for _ in warmups]
-    cells = []
-    for j, lr in enumerate(lrs):
-      for i, w in enumerate(warmups):
-        row = runs.get(f"{v}-lr{float(lr):g}-wu{w}", (None,))[0]
-        if row is None:
-          cells.append("not run")
-          continue
-        grid[i][j] = row["final_eval_loss"] if row["status"] == "completed" else float("nan")
-        cells.append(f"{row['final_eval_loss']:.3f}" + (" stalled" if row["stalled"] else "")
-                     if row["status"] == "completed" else f"{row['status']} @ {row['diverged_step']}")
-        if row["stalled"] or row["status"] == "diverged":  # stalled (learned no more than byte frequencies) apart
-          ax.text(j, i, "stalled" if row["stalled"] else "diverged", ha="center", va="center", fontsize=6,
-                  color="white" if row["stalled"] else "black")
-    table.append(f"| {v} | " + " | ".join(cells) + " |")
-    arr = [[float("nan") if x is None else x for x in r] for r in grid]
-    im = ax.imshow(arr, cmap="viridis_r", vmin=2.0, vmax=4.5)
-    ax.set(title=v, xticks=range(3), xticklabels=lrs, yticks=range(2), yticklabels=[f"wu {w}" for w in warmups])
-  fig.colorbar(im, ax=axes, label="final eval loss")
-  fig.savefig(os.path.join(fig_dir, "stability_map.png"), dpi=110)
-  plt.close(fig)
-  lines += ["### Stability map: final eval loss over lr x warmup", "", "![stability_map](figures/stability_map.png)",
-            "", "Diverged runs are blank; `stalled` marks runs that completed but whose final eval loss is not "
-            f"{MARGIN} nats/byte below the byte-unigram baseline (they learned no more than byte frequencies).", "",
-            *table, ""]
-  fig, ax = plt.subplots(figsize=(6, 3.5))
-  gain_rows = []
-  for v in ("hc", "mhc"):
-    row, last, _ = runs.get(f"{v}-{ref}", (None, None, None))
-    if last:
-      gf, gb = _col(last, "gain_forward"), _col(last, "gain_backward")
-      ax.plot(gf, label=f"{v} forward")
-      ax.plot(gb, "--", label=f"{v} backward")
-      gain_rows.append(f"| {v} | {max(gf):.4f} | {max(gb):.4f} | {min(gf):.4f} | {min(gb):.4f} |")
-  ax.set(xlabel="sublayer", ylabel="composite Amax gain", yscale="log", title="after training, lr 1e-3, warmup 15")
-  ax.legend()
-  plots._save(fig, os.path.join(fig_dir, "hc_mhc_gains.png"))
-  lines += ["### HC versus mHC composite gains (mHC Fig. 7)", "", "![hc_mhc_gains](figures/hc_mhc_gains.png)", "",
-            "| variant | max forward | max backward | min forward | min backward |", "|---|---|---|---|---|",
-            *gain_rows, ""]
-  return lines
+def run_counts(R, d) -> dict:
+  names = [(r, s) for s in d["seeds"] for r in grid.recipes(d)]
+  runs = [R.run(r, s) for r, s in names]
+  secs = sum(sum(x["summary"].get(k) or 0 for k in ("startup_s", "train_s")) for x in runs if x)
+  return {"runs": len(names), "finished": sum(bool(x) for x in runs), "diverged": sum(bool(x) and x["diverged"]
+          for x in runs), "stalled": sum(bool(x) and x["stalled"] for x in runs), "run_minutes": secs / 60,
+          "flagged": sum(bool(x) and "learned_beyond_unigram" in x["summary"] for x in runs)}
+
+
+def _flags(k) -> str:
+  if k["flagged"] == k["finished"]:
+    return ""
+  return f"; {k['finished'] - k['flagged']} runs predate summary.json's learned_beyond_unigram and count as not stalled"
+
+
+def design_text(d) -> str:
+  lg = d["long"]
+  return (f"Model: d {d['common'].get('model.d_model', 64)}, {d['steps']} steps, batch "
+          f"{d['common'].get('train.batch_size', 8)} x {d['common'].get('data.seq_len', 64)} bytes, seeds "
+          f"{list(d['seeds'])} (paired: a seed gives every variant the same base weights and data order). "
+          f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
+          f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup {', '.join(f'{f:.0%}' for f in d['warmup_fracs'])}. "
+          f"Reference recipe: lr {d['ref_lr']:g}, warmup {d['ref_warmup_frac']:.0%}. Depth sweep (C4): "
+          f"{list(d['depths'])} layers. Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier init, 2 "
+          f"validation batches. Longer training "
+          f"(C7): {lg['layers']} layers, lr {lg['lr']:g}, {lg['steps']} steps.")
+
+
+def write_report(R, d, out: str, wall_s: float) -> str:
+  fig_dir = os.path.join(out, "figures")
+  os.makedirs(fig_dir, exist_ok=True)
+  results = cl.evaluate(R, d)
+  k = run_counts(R, d)
+  lines = ["# Results at CPU scale", "",
+           f"Generated by `python -m resnorm.results{' --quick' if d['size'] == 'quick' else ''}` (size "
+           f"`{d['size']}`) from {k['finished']} of {k['runs']} runs ({k['diverged']} diverged, {k['stalled']} "
+           f"stalled: learned nothing beyond byte frequencies{_flags(k)}) plus init diagnostics. The runs' own time: "
+           f"{k['run_minutes']:.0f} run-minutes; this invocation took {wall_s / 60:.1f} minutes of wall time "
+           "(finished runs are reused). Every number below is read from the runs.", "", design_text(d), "",
+           "## Claims", "", *claims_table(results, d), "",
+           "Verdict per part, from the paired per-seed values x (sign-adjusted so the claim predicts x > 0): "
+           "**reproduced** if x > 0 in every seed and the mean exceeds 2 standard errors; **not reproduced** if x < 0 "
+           "in every seed by the same rule; **inconclusive** otherwise. A claim is reproduced if every part is, not "
+           f"reproduced if any part is. A diverged run scores ln 256 = {cl.FAIL_LOSS:.3f} nats/byte; \"no worse\" "
+           f"allows {cl.MARGIN} nats/byte.", ""]
+  for c in results:
+    names = figs.FIGURES[c["id"]](R, d, fig_dir)
+    lines += claim_section(c, d, names)
+    if c["id"] == "C3":
+      lines += ["Stability map, cell by cell:", "", *map_tables(R, d)]
+  notes = os.path.join(out, "results_notes.md")
+  if os.path.exists(notes):
+    lines += ["", open(notes).read()]
+  path = os.path.join(out, "results.md")
+  with open(path, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return path
 
 
 def main(argv):
-  del argv
-  fig_dir = os.path.join(FLAGS.out, "figures")
-  os.makedirs(fig_dir, exist_ok=True)
-  subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/results.py", f"--root={FLAGS.root}",
-                  f"--jobs={FLAGS.jobs}"], cwd=ROOT, check=False)
-  lines = ["# Results at CPU scale", "",
-           "Regenerate with `make results` (measured 73 minutes on the 2-core CPU while other jobs shared it; the 24 training runs take about 1.5-2.5 minutes each alone). Every number below is read from "
-           "the runs by `resnorm/results.py`; the discussion under each section says where it agrees with the "
-           "papers and where it does not.", ""]
-  lines += init_section(fig_dir, FLAGS.root)
-  lines += trained_section(fig_dir, FLAGS.root)
-  notes = os.path.join(FLAGS.out, "results_notes.md")
-  if os.path.exists(notes):
-    lines += ["", open(notes).read()]
-  with open(os.path.join(FLAGS.out, "results.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  print(f"wrote {os.path.join(FLAGS.out, 'results.md')}")
+  check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
+  check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
+  size = "quick" if FLAGS.quick else os.environ.get(grid.SIZE_ENV) or "full"
+  t0 = time.time()
+  if size != "full":  # tiny models: XLA's optimizations cost more compile time than they save (read at jax import)
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+  d = grid.design(_module(SWEEP).FULL, size)
+  rc = run_grid(size, FLAGS.root, FLAGS.jobs)
+  R = cl.Runs(FLAGS.root, d)
+  init_diagnostics(R, d)
+  path = write_report(R, d, FLAGS.out, time.time() - t0)
+  print(f"wrote {path} ({(time.time() - t0) / 60:.1f} min)" + (" (some runs did not finish)" if rc else ""))
 
 
 if __name__ == "__main__":
