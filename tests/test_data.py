@@ -113,20 +113,6 @@ def test_unpacked_rows_are_one_document_cropped_or_padded(short_docs):
   assert len(set(tags)) == len(tags)  # 16 rows of one epoch: no document twice
 
 
-def test_each_process_reads_its_own_documents(short_docs):
-  cfg = short_config(short_docs)
-  docs = list(data.documents(cfg.data, "train"))
-  seen = []
-  for p in range(2):
-    it = iter(data.dataset(cfg.data, "train", 4, cfg.seed, True, p, 2))
-    batches = [next(it) for _ in range(12)]
-    assert batches[0]["inputs"].shape == (2, 16)
-    order = _doc_order(_stream(batches), docs)
-    assert len(order) >= 15 and len(set(order[:15])) == 15
-    seen.append(set(order[:15]))
-  assert not seen[0] & seen[1] and len(seen[0] | seen[1]) == 30
-
-
 def test_iterator_state_resumes_exactly(stdlib_dir):
   cfg = _cfg(stdlib_dir)
   it = data.train_iterator(cfg)
