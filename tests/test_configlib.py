@@ -121,3 +121,22 @@ def test_fields_added_later_default_to_what_old_runs_computed():
   configlib.check_compatible(stored, tiny_config("pre_norm"), "runs/x")
   with pytest.raises(InputError, match="model.final_norm=True but the config asks for model.final_norm=False"):
     configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.final_norm": False}), "runs/x")
+
+
+# The README's Reliability section, written out: what a resume may change and what it may not.
+TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
+              "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,
+              "train.eps": 1e-6, "train.weight_decay": 0.2, "train.grad_clip": 0.5, "seed": 7,
+              "data.seq_len": 32, "data.pack": False}
+HARMLESS = {"train.log_every": 3, "train.eval_every": 5, "train.diag_every": 5, "train.ckpt_every": 5,
+            "train.skip_nonfinite": True, "train.max_skipped": 9, "train.grad_accum": 2, "ckpt.keep": 5,
+            "data.eval_batches": 3, "model.remat": "full", "model.kernels": "reference", "train.init_from": "/x"}
+
+
+@pytest.mark.parametrize("field,value", [*TRAJECTORY.items(), *HARMLESS.items(), ("train.steps", 12)])
+def test_config_changes_classify_each_field_as_the_readme_says(field, value):
+  base = tiny_config("pre_norm", 2)
+  other = tiny_config("pre_norm", 2, **{field: value})
+  changes = configlib.config_changes(configlib.to_json(base), other)
+  want = "steps" if field == "train.steps" else "harmless" if field in HARMLESS else "trajectory"
+  assert [(c["field"], c["kind"]) for c in changes] == [(field, want)]

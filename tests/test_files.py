@@ -54,6 +54,13 @@ def test_formats_split_and_order(shards):
   assert head + tail == open(f"{d}/notes.txt").read() and len(tail) == 3000 - int(3000 * 0.95)
 
 
+def test_text_key_picks_the_field(shards):
+  """data.text_key reads another JSON field: the jsonl.gz shard's `url`s, not its texts."""
+  dcfg = _cfg(f"{shards[0]}/part-001.jsonl.gz", **{"data.text_key": "url"}).data
+  urls = _expected([f"u{i}" for i in range(80)], "train")
+  assert _epoch(files.documents(dcfg, "train", 0, False), len(urls)) == urls
+
+
 # the saved state points inside the shard: at record 33 of the parquet one (its second row group), 16 of the gzip one
 @pytest.mark.parametrize("shard,skip", [("part-000.parquet", 30), ("part-001.jsonl.gz", 12)])
 def test_iterator_state_resumes_exactly(shards, shard, skip):

@@ -78,3 +78,9 @@ def test_top_k_and_greedy_sampling_rules():
   assert int(generate.sample(logits, jax.random.key(0), 0.0, 0)[0]) == 65  # never sampled, however likely
   got = {int(generate.sample(logits, k, 1.0, 2)[0]) for k in jax.random.split(jax.random.key(1), 50)}
   assert got == {65, 66}
+  # the temperature divides the logits: the share of the second-best byte follows softmax(logits / T)
+  n = 4000
+  for t in (0.25, 1.0, 4.0):
+    share = float(jnp.mean(generate.sample(jnp.repeat(logits, n, axis=0), jax.random.key(2), t, 2) == 66))
+    p = 1.0 / (1.0 + np.exp(1.0 / t))
+    assert abs(share - p) < 4 * np.sqrt(p * (1 - p) / n), (t, share, p)

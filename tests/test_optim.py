@@ -79,11 +79,14 @@ def test_ngpt_weights_stay_unit_norm_after_a_step():
                                                                         "train.weight_decay": 0.0}))
   step = lambda t: jax.jit(lambda p, g: optax.apply_updates(p, t.update(g, t.init(p), p)[0]))(params, grads)
   new, adam = step(tx), step(plain)
-  axes = dict(UNIT_NORM)
+  # the d_model axis of each matrix, written from nGPT's definition (not read from the code under test)
+  axes = {"embed": -1, "head": -2, "q": -3, "k": -3, "v": -3, "o": -1, "wi": -2, "wo": -1}
+  assert set(axes) == {k for k, _ in UNIT_NORM}
   flat_new, flat_adam = (flax.traverse_util.flatten_dict(t) for t in (new, adam))
   assert {k[-1] for k in flat_new} >= set(axes) | {"alpha", "s_qk", "s_v", "s_z"}
   for path, w in flat_new.items():
     if path[-1] in axes:
+      assert w.shape[axes[path[-1]]] == cfg.model.d_model, path
       np.testing.assert_allclose(np.linalg.norm(w, axis=axes[path[-1]]), 1.0, rtol=1e-5, err_msg=str(path))
     else:
       np.testing.assert_allclose(w, flat_adam[path], rtol=1e-6, err_msg=str(path))

@@ -147,3 +147,18 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus):
   for name in re.findall(r"\(figures/([^)]+)\)", text):
     assert (out / "figures" / name).stat().st_size > 0, name
   assert "stability_map.png" in text and "### C10" in text
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_c4_depth_verdict_on_known_runs(tmp_path, holds):
+  """C4 on hand-made runs: Post-Norm's loss rising with depth and Pre-Norm's falling is `reproduced`, both parts;
+  the mirror image is `not reproduced`."""
+  d = grid.design(sweep_file.FULL, "test")
+  for s in d["seeds"]:
+    for L in d["depths"]:
+      up = 0.2 * math.log2(L) + 0.01 * s
+      _fake_run(tmp_path, grid.ref(d, "post_norm", L), s, 2.5 + (up if holds else -up))
+      _fake_run(tmp_path, grid.ref(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2)
+  parts = cl.c4(cl.Runs(str(tmp_path), d), d)
+  want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  assert [p["verdict"] for p in parts] == [want, want] and len(parts[0]["values"]) == len(d["seeds"])

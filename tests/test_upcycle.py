@@ -16,9 +16,11 @@ RUN = {"train.steps": 3, "train.warmup_steps": 0, "train.eval_every": 3, "train.
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory, text_corpus):
-  """A pre_norm run trained 3 steps (params off their init), with its final eval."""
+  """A pre_norm run trained 3 steps (params off their init), with its final eval; checkpoints at steps 2 and 3, so
+  taking the wrong one by default shows."""
   wd = str(tmp_path_factory.mktemp("src") / "run")
-  assert trainer.train(text_config(text_corpus, "pre_norm", **RUN), wd) == 0
+  assert trainer.train(text_config(text_corpus, "pre_norm", **{**RUN, "train.ckpt_every": 1}), wd) == 0
+  assert sorted(int(s) for s in os.listdir(os.path.join(wd, "checkpoints")) if s.isdigit()) == [2, 3]
   return wd
 
 
@@ -49,7 +51,7 @@ REFUSED = [
     ({"model.residual": "hc", "model.num_layers": 3}, "model.num_layers=2 but this run has model.num_layers=3"),
     ({"model.residual": "mhc", "model.mhc.init": "uniform"}, "only from the identity init"),
     ({"model.residual": "pre_norm", "model.norm": "rmsnorm"}, "model.norm='layernorm'"),
-    ({"train.init_from": "{src}:2"}, "no checkpoint at step 2; available: 3"),
+    ({"train.init_from": "{src}:1"}, "no checkpoint at step 1; available: 2, 3"),
     ({"train.init_from": "{missing}"}, "has no checkpoint"),
 ]
 
