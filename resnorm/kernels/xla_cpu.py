@@ -156,12 +156,26 @@ def _sum_leading(m: Array, axis: int) -> Array:
   return sum(parts[1:], parts[0])
 
 
+def _lse_leading(l: Array, axis: int) -> Array:
+  """logsumexp over a short leading axis as explicit elementwise ops (see _sum_leading); the max is a constant to
+  the gradient, as in jax.nn.logsumexp."""
+  parts = [jax.lax.index_in_dim(l, i, axis, keepdims=True) for i in range(l.shape[axis])]
+  mx = parts[0]
+  for p in parts[1:]:
+    mx = jnp.maximum(mx, p)
+  mx = jax.lax.stop_gradient(mx)
+  return mx + jnp.log(sum((jnp.exp(p - mx) for p in parts[1:]), jnp.exp(parts[0] - mx)))
+
+
 def sinkhorn(logits: Array, iters: int) -> Array:
+  """The reference's Sinkhorn (first round in the log domain) in an [n, n, ...] layout: reductions over short
+  leading axes."""
   l_nn = jnp.moveaxis(logits, (-2, -1), (0, 1))
-  m = jnp.exp(l_nn - jax.lax.stop_gradient(jnp.max(l_nn, axis=(0, 1), keepdims=True)))
+  l_nn = l_nn - _lse_leading(l_nn, 0)
+  m = jnp.exp(l_nn - _lse_leading(l_nn, 1))
 
   def step(_, m):
     m = m / _sum_leading(m, 0)     # columns
     return m / _sum_leading(m, 1)  # rows
 
-  return jnp.moveaxis(jax.lax.fori_loop(0, iters, step, m), (0, 1), (-2, -1))
+  return jnp.moveaxis(jax.lax.fori_loop(0, iters - 1, step, m), (0, 1), (-2, -1))
