@@ -11,6 +11,7 @@ Process 1 runs with tests/scripts/guard on its path: opening a run file for writ
 """
 import json
 import os
+import socket
 import shutil
 import signal
 import subprocess
@@ -150,7 +151,9 @@ def test_two_processes_equal_one_across_restarts(tmp_path, shards, cache):
 def test_bad_setups_exit_2_in_one_line(tmp_path, shards):
   """Started together: a missing coordinator variable, a coordinator that never starts, process counts that differ,
   and a batch the process count does not divide. Each process says why in one line and exits 2, writing nothing."""
-  port = portpicker.pick_unused_port()
+  hold = socket.socket()  # bound, never listening: no coordinator there, and no other job can take the port
+  hold.bind(("127.0.0.1", 0))
+  port = hold.getsockname()[1]
   lone = {"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1"}
   cases = {  # name: (processes, extra args, env, per-process env, message)
       "no_coordinator_variable": (1, [], lone, None, "JAX_COORDINATOR_ADDRESS is not set"),
@@ -163,8 +166,12 @@ def test_bad_setups_exit_2_in_one_line(tmp_path, shards):
                                         f"--config.data.paths={shards[0]}/part-*", f"--workdir={tmp_path / name}",
                                         *extra], each=each, **env)
           for name, (n, extra, env, each, _) in cases.items()}
+  try:
+    codes = {name: job.wait(timeout=240) for name, job in jobs.items()}
+  finally:
+    hold.close()
   for name, job in jobs.items():
-    for pid, rc in enumerate(job.wait(timeout=120)):
+    for pid, rc in enumerate(codes[name]):
       lines = [l for l in job.err(pid).splitlines() if l.strip()]
       assert rc == 2 and len(lines) == 1 and lines[0].startswith("error:"), (name, pid, rc, lines[-20:])
       assert cases[name][-1] in lines[0], (name, lines[0])
