@@ -162,3 +162,27 @@ def test_c4_depth_verdict_on_known_runs(tmp_path, holds):
   parts = cl.c4(cl.Runs(str(tmp_path), d), d)
   want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
   assert [p["verdict"] for p in parts] == [want, want] and len(parts[0]["values"]) == len(d["seeds"])
+
+
+@pytest.mark.parametrize("holds", [True, False])
+def test_c3_warmup_verdict_on_known_runs(tmp_path, holds):
+  """C3 on hand-made runs: Post-Norm hurt at the high lrs without warmup and rescued by it, Pre-Norm flat, is
+  `reproduced` in every part; the same pattern given to Pre-Norm instead is `not reproduced`."""
+  d = grid.design(sweep_file.FULL, "test")
+  hurt, flat = ("post_norm", "pre_norm") if holds else ("pre_norm", "post_norm")
+  hi = sorted(d["lrs"])[-2:]
+  for s in d["seeds"]:
+    for r in grid.c3_recipes(d):  # the long-warmup regime first: map cells it shares are then skipped
+      loss = 3.4 + 0.01 * s if r.variant == hurt and r.warmup_frac == 0.0 else 2.7 + 0.01 * s
+      _fake_run(tmp_path, r, s, loss)
+    for lr in d["lrs"]:
+      for f in d["warmup_fracs"]:
+        for v in (hurt, flat):
+          r = grid.Recipe(v, min(d["map_depths"]), lr, f, d["steps"])
+          if not os.path.exists(os.path.join(tmp_path, grid.run_name(r, s))):
+            bad = v == hurt and lr in hi and f == 0.0
+            _fake_run(tmp_path, r, s, (3.5 + 0.02 * s) if bad else 2.9 + 0.01 * s)
+  parts = cl.c3(cl.Runs(str(tmp_path), d), d)
+  want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  assert len(parts) == (3 if grid.c3_recipes(d) else 2)
+  assert [p["verdict"] for p in parts] == [want] * len(parts), [(p["label"], p["values"]) for p in parts]
