@@ -212,6 +212,19 @@ def sinkhorn(logits, iters):
   return m
 
 
+def mhc_coefficients(x, res, eps):
+  """mHC's shared coefficients (Eq. 7-8): x' = vec(x) / rms(vec(x)) over all nC features (stream-major, eps `eps`),
+  proj = x' phi, H_pre = sigmoid(a_pre proj[:n] + b_pre), H_post = 2 sigmoid(a_post proj[n:2n] + b_post).
+  Returns (proj, H_pre, H_post); proj[2n:] holds the H_res logits before a_res and b_res."""
+  b, t, n, d = x.shape
+  v = x.reshape(b, t, n * d)
+  v = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + eps)
+  proj = v @ res["phi"]
+  h_pre = _sigmoid(res["a_pre"] * proj[..., :n] + res["b_pre"])
+  h_post = 2.0 * _sigmoid(res["a_post"] * proj[..., n:2 * n] + res["b_post"])
+  return proj, h_pre, h_post
+
+
 def mhc(x, c):
   """mHC (VARIANTS.md 3; Xie et al. Eq. 3, 7-9). x [B, T, n, C]; x <- H_res x + H_post^T F(N(H_pre x)).
 
@@ -223,11 +236,7 @@ def mhc(x, c):
   """
   mc, res = c.cfg["mhc"], c.res
   b, t, n, d = x.shape
-  v = x.reshape(b, t, n * d)
-  v = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + float(mc["eps"]))
-  proj = v @ res["phi"]
-  h_pre = _sigmoid(res["a_pre"] * proj[..., :n] + res["b_pre"])
-  h_post = 2.0 * _sigmoid(res["a_post"] * proj[..., n:2 * n] + res["b_post"])
+  proj, h_pre, h_post = mhc_coefficients(x, res, float(mc["eps"]))
   h_res = sinkhorn(res["a_res"] * proj[..., 2 * n:].reshape(b, t, n, n) + res["b_res"], int(mc["sinkhorn_iters"]))
   u = np.einsum("btn,btnc->btc", h_pre, x)
   y = c.f(c.n(u))

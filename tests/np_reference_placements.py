@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from np_reference import UnusedParams, _leaf_paths, _sigmoid, _View, attention, mlp, norm
+from np_reference import UnusedParams, _leaf_paths, _View, attention, mhc_coefficients, mlp, norm
 
 
 class _Ctx:
@@ -62,11 +62,7 @@ def mhc_lite(x, c):
   H_res = sum_k softmax(a_res proj_res + b_res)_k P_k with (P_k x)_i = x_{perm_k(i)}, perms in itertools order."""
   mc, r = c.cfg["mhc_lite"], c.res
   b, t, n, d = x.shape
-  v = x.reshape(b, t, n * d)
-  v = v / np.sqrt((v ** 2).mean(-1, keepdims=True) + float(mc["eps"]))
-  proj = v @ r["phi"]
-  h_pre = _sigmoid(r["a_pre"] * proj[..., :n] + r["b_pre"])
-  h_post = 2.0 * _sigmoid(r["a_post"] * proj[..., n:2 * n] + r["b_post"])
+  proj, h_pre, h_post = mhc_coefficients(x, r, float(mc["eps"]))
   z = r["a_res"] * proj[..., 2 * n:] + r["b_res"]
   w = np.exp(z - z.max(-1, keepdims=True))
   w = w / w.sum(-1, keepdims=True)
