@@ -52,6 +52,7 @@ test: $(STAMP)
 clean:
 	rm -rf runs
 
-# Regenerates docs/results.md and docs/figures/ (about 40-60 minutes on 2 cores; finished runs are reused).
+# Regenerates docs/results.md and docs/figures/ on both corpora (about 100-120 minutes on 2 cores, budget in
+# configs/sweeps/results.py; finished runs are reused).
 results: $(STAMP)
 	$(BIN)/python -m resnorm.results --root=runs/results --jobs=2

