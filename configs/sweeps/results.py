@@ -56,6 +56,9 @@ FULL = {
     "bf16_tags": ("bf16", "bf16stats"),      # C9: bfloat16 with norm statistics in float32 / in bfloat16
     "evals": 5,                               # evals per run: one at 80% of the steps, for the "flattened" regime
     "common": {},                             # config overrides for every run (quick/test shrink the model here)
+    # printed in the report: what the budget left out (the docstring's arithmetic)
+    "beyond_budget": "C4 at 24 and 48 layers (v2 ran them at 200 steps; at 600 steps they would add about 35 "
+                     "minutes) and C7 beyond 2000 steps",
 }
 
 # Report v2's grid (pystdlib only) and its measured cost: the yardstick of budget()

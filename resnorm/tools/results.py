@@ -236,7 +236,9 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
            "effect is below it needs more seeds, not a larger effect. A diverged run scores ln 256 = "
            f"{cl.FAIL_LOSS:.3f} nats/byte; \"no worse\" allows {cl.MARGIN} nats/byte.", "",
            "Depths and horizons this budget could not bring to the flattened regime: " +
-           ("; ".join(unreach) if unreach else "none") + ".", ""]
+           ("; ".join(unreach) if unreach else "none") + "." +
+           (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
+            d["size"] == "full" else ""), ""]
   for i, c in enumerate(by_corpus[next(iter(by_corpus))]):
     lines += [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}).", ""]
     for corpus, R in Rs.items():
