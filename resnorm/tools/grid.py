@@ -94,7 +94,7 @@ def c3_recipes(d) -> list[Recipe]:
 def recipes(d) -> list[Recipe]:
   """Every recipe the claims read, in order, without duplicates."""
   out = [Recipe(v, L, lr, f, d["steps"]) for L in d["map_depths"] for v in d["variants"] for lr in d["lrs"]
-         for f in d["warmup_fracs"]]                                        # stability map (C3, C5, C6, C10)
+         for f in d["warmup_fracs"]]                                        # stability map (C3, C6, C10)
   out += [ref_long(d, v, L) for L in d["depths"] for v in MAIN]                           # C4
   out += [ref_long(d, v, d["pair_layers"]) for v in MAIN]                                 # C2b, C5
   lg = d["long"]
