@@ -16,7 +16,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.scale = scale                   # the scale this config was built for (cpu | tpu); informational
 
   m = c.model = ml_collections.ConfigDict()
-  m.residual = "pre_norm"           # registry name: see README table / resnorm.residual
+  m.residual = "pre_norm"           # registry name: see docs/variants.md section 8 / resnorm.residual
   m.num_layers = 12                 # L blocks; S = 2L sublayers (attention and MLP each count)
   m.d_model = 64                    # width D
   m.num_heads = 4                   # attention heads; must divide d_model
@@ -129,7 +129,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # whole-block remat, and diagnostics on 8 sequences. `train.py --dry_run --target=v4-8` prints the plan.
     m.dtype, m.remat = "bfloat16", "full"
     d.name, d.seq_len, d.eval_batches = "files", 1024, 32
-    # C4 or FineWeb shards in a bucket (README: Running on Cloud TPU); left as is, training stops with exit 2
+    # C4 or FineWeb shards in a bucket (docs/scaling.md: Cloud TPU runbook); left as is, training stops with exit 2
     d.paths = "SET_ME: --config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz'"
     t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4
     t.grad_accum, t.diag_batch = 16, 8

@@ -78,7 +78,7 @@ def list_files(paths: str) -> list[str]:
   paths = str(paths).strip()
   check(not paths.startswith(PLACEHOLDER),
         f"data.paths={paths!r} is a placeholder: name your shards, e.g. "
-        "--config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz' (README: Running on Cloud TPU)")
+        "--config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz' (docs/scaling.md: Cloud TPU runbook)")
   patterns = [p.strip() for p in paths.split(",") if p.strip()]
   check(patterns, "data.paths is empty; data.name='files' needs files or globs (comma-separated)")
   out = []

@@ -21,7 +21,7 @@ from etils import epath
 from resnorm import data, files as files_lib
 
 MAX_BYTES = 1 << 26
-# learned_beyond_unigram: the final eval loss must sit this far below the unigram loss (README, "make train")
+# learned_beyond_unigram: the final eval loss must sit this far below the unigram loss (docs/usage.md, "The margin")
 MARGIN = 0.1
 
 
