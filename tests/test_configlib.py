@@ -1,4 +1,4 @@
-"""Config checks in-process (each README bad input -> InputError naming the field) and checkpoint compatibility,
+"""Config checks in-process (each documented bad input -> InputError naming it) and checkpoint compatibility,
 nested variant settings included. No subprocess: test_cli and test_reliability run the same checks end to end."""
 import pytest
 
@@ -123,7 +123,7 @@ def test_fields_added_later_default_to_what_old_runs_computed():
     configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.final_norm": False}), "runs/x")
 
 
-# The README's Reliability section, written out: what a resume may change and what it may not.
+# docs/reliability.md (Config changes on resume), written out: what a resume may change and what it may not.
 TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
               "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,
               "train.eps": 1e-6, "train.weight_decay": 0.2, "train.grad_clip": 0.5, "seed": 7,
