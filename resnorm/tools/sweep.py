@@ -112,7 +112,7 @@ def main(argv) -> int:
     return _slurm(points, root, argv[1])
   if FLAGS.launcher == "tpu":
     from resnorm.tools import sweep_tpu
-    return sweep_tpu.run(points, root, [command(p, root) for p in points], ROOT, dry_run=FLAGS.dry_run)
+    return sweep_tpu.run(points, root, [command(p, root) for p in points], ROOT, status, FLAGS.dry_run)
   if FLAGS.dry_run:
     for p in points:
       print(shlex.join(command(p, FLAGS.root)))
