@@ -24,7 +24,7 @@ def _setup(tmp_path, text_corpus, name):
   file.write_text(f"RUN = {{**{RUN!r}, 'data.paths': {text_corpus!r}}}\n\ndef sweep(add):\n"
                   "  add(config='configs/tiny.py', name='p0', **RUN)\n"
                   "  add(config='configs/tiny.py', name='p1', **RUN)\n"
-                  "  add(config='configs/tiny.py', name='p2', **{**RUN, 'train.lr': 2e-3})\n")
+                  "  add(config='configs/tiny.py', name='p2', **{**RUN, 'seed': 1})\n")
   os.makedirs(root / "p1")
   (root / "p1" / "summary.json").write_text('{"status": "completed", "step": 4}\n')  # finished before this sweep
   return file, root
@@ -64,7 +64,6 @@ def test_two_process_sweep_skips_by_process_0_and_equals_one_process(tmp_path, t
   assert "p0: completed (exit codes [0, 0])" in outs[0] and "p2: completed (exit codes [0, 0])" in outs[0]
   assert sorted(os.listdir(two / "p1")) == ["summary.json"]  # skipped by both: nothing written
   assert not (two / "logs" / "p1.p1.log").exists() and (two / "logs" / "p2.p1.log").exists()
-  assert "process 1 of 2" in open(two / "logs" / "p0.log").read() or True
   for name in ("p0", "p2"):
     a, b = _losses(one, name), _losses(two, name)
     assert [s for s, *_ in a] == [s for s, *_ in b] and len(a) >= 4, name
