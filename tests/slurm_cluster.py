@@ -32,8 +32,9 @@ def _bin(name):
 
 
 class Cluster:
-  def __init__(self, base: str, cpus: int = 2):
+  def __init__(self, base: str, cpus: int | None = None):
     self.base, self.procs = base, []
+    cpus = cpus or min(2, os.cpu_count() or 1)  # more than the machine has would drain the node
     self.host = socket.gethostname().split(".")[0]
     os.makedirs(base, mode=0o700, exist_ok=True)
     for d in ("state", "spool", "munge"):

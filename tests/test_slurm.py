@@ -83,13 +83,21 @@ def swept(cluster, tmp_path_factory, text_corpus):
 
   def done():  # a preempted point that is not requeued ends here too (and fails its test)
     st = sweep(cluster, file, root, "--status").stdout
-    return not re.search(r"\b(pending|running)\b", st.split("\n", 1)[1]) and not cluster.run("squeue", "-h").stdout.strip()
+    return (not re.search(r"\b(pending|running)\b", st.split("\n", 1)[1])
+            and not cluster.run("squeue", "-h").stdout.strip())
   _wait(done, 600, "every point finished", cluster)
   wall = time.time() - t0
   return {"file": file, "root": root, "first": first, "again": again, "wall": wall, "job": job, "tmp": tmp}
 
 
-def test_sweep_runs_every_point_and_rerun_submits_nothing(cluster, swept):
+def test_sweep_on_slurm(cluster, swept, text_corpus):
+  """One test, so that pytest-xdist never starts a second cluster for the same sweep."""
+  check_every_point_runs_and_rerun_submits_nothing(cluster, swept)
+  check_signalled_task_is_requeued_and_resumes_exactly(swept)
+  check_bad_input_fails_and_is_not_requeued(cluster, swept)
+
+
+def check_every_point_runs_and_rerun_submits_nothing(cluster, swept):
   root = swept["root"]
   assert "submitting 3" in swept["first"].stdout and "submitted array job" in swept["first"].stdout
   assert "submitting 0" in swept["again"].stdout and "3 queued or running" in swept["again"].stdout
@@ -108,7 +116,7 @@ def test_sweep_runs_every_point_and_rerun_submits_nothing(cluster, swept):
   print(f"\n3-point SLURM sweep: {swept['wall']:.1f} s from sbatch to the last point done (2 CPUs)")
 
 
-def test_signalled_task_is_requeued_and_resumes_exactly(swept):
+def check_signalled_task_is_requeued_and_resumes_exactly(swept):
   root = swept["root"]
   log = (root / "logs" / "a.log").read_text()
   assert log.count(": exit 4") == 1 and log.count(": exit 0") == 1, log[-3000:]
@@ -116,8 +124,8 @@ def test_signalled_task_is_requeued_and_resumes_exactly(swept):
   assert len(restarts) == 1
   resumed = re.findall(r"resumed from checkpoint step (\d+)", log)
   assert len(resumed) == 1 and 10 <= int(resumed[0]) < STEPS
-  losses = {n: [(m["step"], m.get("loss"), m.get("grad_norm"), m.get("eval_loss")) for m in map(json.loads, open(root / n / "metrics.jsonl"))]
-            for n in "ab"}
+  losses = {n: [(m["step"], m.get("loss"), m.get("grad_norm"), m.get("eval_loss"))
+                for m in map(json.loads, open(root / n / "metrics.jsonl"))] for n in "ab"}
   assert len(losses["a"]) >= STEPS and losses["a"] == losses["b"]
   assert (json.loads((root / "a" / "summary.json").read_text())["final_eval_loss"]
           == json.loads((root / "b" / "summary.json").read_text())["final_eval_loss"])
@@ -125,7 +133,7 @@ def test_signalled_task_is_requeued_and_resumes_exactly(swept):
   print(f"\nrequeue delay: {delay:.0f} s from exit 4 to the restart's first line (cred_expire=5)")
 
 
-def test_bad_input_fails_and_is_not_requeued(cluster, swept, text_corpus):
+def check_bad_input_fails_and_is_not_requeued(cluster, swept):
   file, root = swept["tmp"] / "bad.py", swept["root"]
   file.write_text("def sweep(add):\n  add(config='configs/tiny.py', name='bad', **{'model.residual': 'nope'})\n")
   assert sweep(cluster, file, root).returncode == 0
@@ -135,5 +143,6 @@ def test_bad_input_fails_and_is_not_requeued(cluster, swept, text_corpus):
   assert "error: " in log and "model.residual" in log and "Traceback" not in log
   assert log.count("(restart") == 1 and "(restart 1)" not in log
   status = sweep(cluster, file, root, "--status").stdout
-  assert re.search(r"^0\s+bad\s+failed\s+\d+_0\s+2\s+" + re.escape(str(root / "logs" / "bad.log")), status, re.M), status
+  row = r"^0\s+bad\s+failed\s+\d+_0\s+2\s+" + re.escape(str(root / "logs" / "bad.log"))
+  assert re.search(row, status, re.M), status
   assert not (root / "bad").exists() or not (root / "bad" / "summary.json").exists()

@@ -37,7 +37,7 @@ flags.DEFINE_integer("slurm.nodes", 1, "Nodes per point; > 1 runs the point as o
 flags.DEFINE_integer("slurm.ntasks_per_node", 1, "JAX processes per node (one per node on TPU/GPU hosts).")
 flags.DEFINE_integer("slurm.concurrency", 0, "At most this many points at once (the array's %K); 0: no limit.")
 flags.DEFINE_integer("slurm.signal_s", 120, "SIGTERM this many seconds before the time limit (--signal=B:TERM@S).")
-flags.DEFINE_string("slurm.extra", "", "More sbatch options, e.g. '--account=A --qos=Q' (each becomes an #SBATCH line).")
+flags.DEFINE_string("slurm.extra", "", "More sbatch options, e.g. '--account=A --qos=Q' (one #SBATCH line each).")
 
 SCRIPT, POINTS, JOBS = "sweep.sbatch", "points.json", "slurm_jobs.jsonl"
 ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD",
