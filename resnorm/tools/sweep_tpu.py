@@ -96,6 +96,15 @@ class Board:
       self.client.shutdown()
 
 
+def _lost(pid: int, name: str, err: Exception):
+  """One line and exit 1 at once: interpreter teardown would wait in the coordination client's shutdown barrier for
+  the host that is gone."""
+  print(f"error: sweep process {pid}: lost the other hosts at point {name} ({str(err).splitlines()[0][:200]}); "
+        "rerun the same command on every host to resume", file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(1)
+
+
 def run(points: list[dict], root: str, commands: list[list[str]], checkout: str, status, dry_run: bool) -> int:
   addr, num, pid = _processes()
   if dry_run:
@@ -112,16 +121,22 @@ def run(points: list[dict], root: str, commands: list[list[str]], checkout: str,
   ran = skipped = 0
   for i, (p, cmd) in enumerate(zip(points, commands)):
     name = p["name"]
-    decision = board.publish(f"{i}/decision", ("skip" if status(root, name) in DONE else "run") if pid == 0 else "")
+    try:
+      decision = board.publish(f"{i}/decision", ("skip" if status(root, name) in DONE else "run") if pid == 0 else "")
+    except Exception as e:  # noqa: BLE001: a host died or left; the runtime's own error says how
+      _lost(pid, name, e)
     if decision == "skip":
       skipped += 1
       continue
     log = os.path.join(logs, f"{name}.log" if pid == 0 else f"{name}.p{pid}.log")
     with open(log, "a") as f:
       rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=checkout).returncode
-    codes = [int(c) for c in board.gather(f"{i}/exit", str(rc))]
+    try:
+      codes = [int(c) for c in board.gather(f"{i}/exit", str(rc))]
+      outcome = board.publish(f"{i}/outcome", (status(root, name) or "no summary") if pid == 0 else "")
+    except Exception as e:  # noqa: BLE001
+      _lost(pid, name, e)
     first = next((c for c in codes if c != 0), 0)
-    outcome = board.publish(f"{i}/outcome", (status(root, name) or "no summary") if pid == 0 else "")
     ran += 1
     if pid == 0:
       from resnorm.tools import sweep_status
