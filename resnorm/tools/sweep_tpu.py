@@ -23,6 +23,7 @@ so the sweep exits non-zero in bounded time rather than hanging.
 Process 0 writes ROOT/logs/NAME.log and NAME.exit; process k > 0 writes ROOT/logs/NAME.pK.log.
 """
 import os
+import shlex
 import subprocess
 import sys
 
@@ -110,7 +111,7 @@ def run(points: list[dict], root: str, commands: list[list[str]], checkout: str,
   if dry_run:
     print(f"# process {pid} of {num}; every host runs these in this order, each as one {num}-process JAX job")
     for c in commands:
-      print(" ".join(c))
+      print(shlex.join(c))
     return 0
   join_s = distributed._seconds(distributed.JOIN_ENV, 300)  # noqa: SLF001
   heartbeat_s = distributed._seconds(distributed.HEARTBEAT_ENV, 100)  # noqa: SLF001
