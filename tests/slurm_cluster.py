@@ -3,7 +3,8 @@ logs and ports under one directory, and a slurm.conf that the client commands fi
 
 Debian's slurm-wlm and munge (`apt-get install -y slurm-wlm munge`, as root: slurmd starts jobs as their users).
 No cgroups (proctrack/pgid, task/none), so it runs in a container. cred_expire=5 (the shortest allowed) because a
-requeued job may not start again before its old credential expires (120 s by default).
+requeued job may not start again before its old credential expires (120 s by default), and sched_interval=2 because
+a requeued job whose begin time has come waits for the next full scheduling pass (every 60 s by default).
 """
 import os
 import secrets
@@ -68,6 +69,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+SchedulerParameters=sched_interval=2
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
