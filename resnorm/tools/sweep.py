@@ -1,9 +1,12 @@
 """Run a sweep: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run]
+    [--launcher=local|slurm|tpu] [--status]
 
 A sweep file defines `sweep(add)` and calls `add(config='configs/x.py[:scale]', name=None, **{'train.lr': 1e-3})`
 once per point. Each point runs as its own `train.py` process into DIR/<name>/ (name: readable from the config and
 overrides). Completed and diverged runs are skipped (a divergence is a result); interrupted ones resume.
---dry_run prints one train.py command per point, for a cluster or TPU launcher.
+--dry_run prints one train.py command per point (--launcher=slurm: writes and prints the sbatch script instead).
+Launchers: local (subprocesses, --jobs at once), slurm (one job array: resnorm.tools.slurm), tpu (every host of a
+slice runs the same command: resnorm.tools.sweep_tpu). --status prints each point's state (resnorm.tools.sweep_status).
 """
 import concurrent.futures
 import importlib.util
@@ -17,12 +20,16 @@ from absl import flags
 
 from resnorm import workdir as wd
 from resnorm.errors import check, cli_main, run_app
+from resnorm.tools import slurm, sweep_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 FLAGS = flags.FLAGS
 flags.DEFINE_string("root", None, "Directory for the runs.")
 flags.DEFINE_integer("jobs", 1, "Runs at once.")
 flags.DEFINE_bool("dry_run", False, "Print the train.py commands, run nothing.")
+flags.DEFINE_enum("launcher", "local", ["local", "slurm", "tpu"], "Who runs the points: local subprocesses, a SLURM "
+                  "job array, or every host of a Cloud TPU slice running this same command.")
+flags.DEFINE_bool("status", False, "Print one row per point (pending, running, completed, ...) and exit.")
 DONE = ("completed", "diverged")
 
 
@@ -67,15 +74,45 @@ def _run(point, root) -> tuple[str, int]:
   os.makedirs(os.path.join(root, "logs"), exist_ok=True)
   with open(os.path.join(root, "logs", f"{point['name']}.log"), "a") as log:
     rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+  sweep_status.write_exit(root, point["name"], rc)
   return point["name"], rc
+
+
+def _slurm(points: list[dict], root: str, sweep_file: str) -> int:
+  """Writes points.json and sweep.sbatch; submits the points neither done nor queued/running as one array."""
+  opts = slurm.options()
+  path = slurm.write(points, [command(p, root) for p in points], root, ROOT, opts, sweep_file)
+  if FLAGS.dry_run:
+    print(open(path).read(), end="")
+    print(f"# sbatch --array={slurm.array_spec(list(range(len(points))), opts['concurrency'])} {path}")
+    return 0
+  active = slurm.active(root) or {}
+  todo = [i for i, p in enumerate(points) if status(root, p["name"]) not in DONE and p["name"] not in active]
+  print(f"{len(points)} points, {sum(status(root, p['name']) in DONE for p in points)} already done, "
+        f"{len(active)} queued or running, submitting {len(todo)}", flush=True)
+  if todo:
+    job = slurm.submit(path, root, todo, [points[i]["name"] for i in todo], opts["concurrency"])
+    print(f"submitted array job {job} ({slurm.array_spec(todo, opts['concurrency'])}); "
+          f"python -m resnorm.sweep {sweep_file} --root={root} --status", flush=True)
+  return 0
 
 
 @cli_main
 def main(argv) -> int:
-  check(len(argv) == 2, "usage: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run]")
+  check(len(argv) == 2, "usage: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run] "
+        "[--launcher=local|slurm|tpu] [--status]")
   check(FLAGS.root, "--root is required")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
   points = load_points(argv[1])
+  root = os.path.abspath(FLAGS.root)
+  if FLAGS.status:
+    print(sweep_status.table(points, root)[1])
+    return 0
+  if FLAGS.launcher == "slurm":
+    return _slurm(points, root, argv[1])
+  if FLAGS.launcher == "tpu":
+    from resnorm.tools import sweep_tpu
+    return sweep_tpu.run(points, root, [command(p, root) for p in points], ROOT, status, FLAGS.dry_run)
   if FLAGS.dry_run:
     for p in points:
       print(shlex.join(command(p, FLAGS.root)))
