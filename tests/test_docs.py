@@ -95,17 +95,21 @@ def module_file(module):
   return None
 
 
-def module_flags(module):
-  """Flags of `python -m module`: those its file defines and those of the resnorm modules it imports."""
+def module_flags(module, seen=None):
+  """Flags of `python -m module`: those its file defines and those of the resnorm modules it imports, transitively
+  (`--slurm.partition` is read as `--slurm`, so a dotted name also counts as its first part)."""
+  seen = set() if seen is None else seen
   path = module_file(module)
+  if path is None or path in seen:
+    return set()
+  seen.add(path)
   names = defined_flags(path)
   with open(os.path.join(ROOT, path), encoding="utf-8") as f:
     for node in ast.walk(ast.parse(f.read())):
       if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("resnorm"):
-        sub = module_file(node.module)
-        if sub:
-          names |= defined_flags(sub)
-  return names
+        for sub in [node.module] + [f"{node.module}.{a.name}" for a in node.names]:
+          names |= module_flags(sub, seen)
+  return names | {n.split(".", 1)[0] for n in names if "." in n}
 
 
 def absl_flags():
