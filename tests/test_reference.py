@@ -60,7 +60,8 @@ CASES = {
     # the placements of tests/np_reference_placements.py; HybridNorm* exercises both of its segments
     "admin": [("rms-learned-3l", 3, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "resi_dual": [("rope-ln", 2, {})],
-    "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"})],
+    "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"}),
+                    ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"})],
     "denseformer": [("dense-3l", 3, {})],
     "ngpt": [("rope", 2, {})],
     "mhc_lite": [("n4-learned", 2, {"model.pos": "learned"})],
@@ -216,3 +217,19 @@ def test_admin_profiled_omegas_match_the_reference_pass_and_are_deterministic():
   assert want[0, 0] == 1.0 and np.all(np.diff(want.reshape(-1)) > 0)  # the variance accumulates with depth
   np.testing.assert_array_equal(jax.device_get(init(jax.random.key(3))["blocks"]["mlp_res"]["omega"]),
                                 params["blocks"]["mlp_res"]["omega"])
+
+
+def test_hybrid_norm_default_is_the_authors_per_head_qkv_norm():
+  """The default config's QKV norms are the authors' (BryceZhuo/HybridNorm): per head, one affine of size K shared
+  by the heads, before RoPE. The reference is told the form, so a default that drifts from it fails here even when
+  the config's own form is right."""
+  import np_reference_placements
+  mcfg, params, batch, logits, _, _ = _case("hybrid_norm", "star-rms-3l")
+  assert "model.hybrid_norm.qkv_norm" not in CASES["hybrid_norm"][0][2]
+  want = np_reference_placements.forward(params, mcfg, batch["inputs"], hybrid_form="head")
+  np.testing.assert_allclose(logits, want, rtol=0, atol=LOGIT_TOL * np.abs(want).max())
+  # the other form at the same params (scales of size K tiled over the heads) is far off: the test can tell them apart
+  tiled = jax.tree_util.tree_map_with_path(
+      lambda path, a: np.tile(a, mcfg.num_heads) if "qkv" in str(path) else a, params)
+  other = np_reference_placements.forward(tiled, mcfg, batch["inputs"], hybrid_form="all")
+  assert np.abs(other - want).max() > 100 * LOGIT_TOL * np.abs(want).max()
