@@ -57,21 +57,23 @@ def ngpt(h, c):
 
 
 def mhc_lite(x, c):
-  """mHC-lite: x <- H_res x + H_post^T F(N(H_pre x)); x' = vec(x) / rms(vec(x)) (eps mhc_lite.eps),
-  proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post = 2 sigmoid(...),
-  H_res = sum_k softmax(a_res proj_res + b_res)_k P_k with (P_k x)_i = x_{perm_k(i)}, perms in itertools order."""
+  """mHC-lite as the authors' code (FFTYYY/mhc-lite, hyper_conn/mhc_lite.py): x' = vec(x) / rms(vec(x)) (eps
+  mhc_lite.eps), proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post =
+  2 sigmoid(...), H = sum_k softmax(a_res proj_res + b_res)_k P_k with P_k = I[perm_k] (P_k[i, perm_k(i)] = 1,
+  perms in itertools order), and the residual mix out_t = sum_s H[s, t] x_s (their einsum '... s t, ... s d ->
+  ... t d'), written here as a loop over the permutations: out_t = sum_k w_k x_{perm_k^-1(t)}."""
   mc, r = c.cfg["mhc_lite"], c.res
   b, t, n, d = x.shape
   proj, h_pre, h_post = mhc_coefficients(x, r, float(mc["eps"]))
   z = r["a_res"] * proj[..., 2 * n:] + r["b_res"]
   w = np.exp(z - z.max(-1, keepdims=True))
   w = w / w.sum(-1, keepdims=True)
-  h_res = np.zeros((b, t, n, n))
+  mixed = np.zeros_like(x)
   for kk, perm in enumerate(itertools.permutations(range(n))):
-    for i in range(n):
-      h_res[:, :, i, perm[i]] += w[..., kk]
+    for s in range(n):            # P_k[s, perm(s)] = 1: stream s goes to output perm(s)
+      mixed[:, :, perm[s]] += w[..., kk, None] * x[:, :, s]
   y = c.f(c.n(np.einsum("btn,btnd->btd", h_pre, x)))
-  return np.einsum("btij,btjd->btid", h_res, x) + h_post[..., None] * y[:, :, None, :]
+  return mixed + h_post[..., None] * y[:, :, None, :]
 
 
 def dwa(outs, alpha, i, cfg):

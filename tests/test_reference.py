@@ -64,7 +64,9 @@ CASES = {
                     ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"})],
     "denseformer": [("dense-3l", 3, {})],
     "ngpt": [("rope", 2, {})],
-    "mhc_lite": [("n4-learned", 2, {"model.pos": "learned"})],
+    # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
+    # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
+    "mhc_lite": [("n4-learned", 2, {"model.pos": "learned", "_redraw": {"b_res": 3.0}})],
 }
 # A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked.
 PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
@@ -72,13 +74,16 @@ PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
 
 # Matrices get noise relative to their size (zero-initialized ones: as if of unit-RMS inputs, 0.5 / sqrt(D));
 # mHC's b_res N(0, 1), so the Sinkhorn is far from converged after a few iterations; every other leaf (norm scales
-# and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3.
+# and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3;
+# `redraw` {name: std}: leaves replaced by N(0, std^2).
 WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta"}
 
 
-def _perturb(params, d_model, rng, shrink=()):
+def _perturb(params, d_model, rng, shrink=(), redraw=None):
   def noise(path, a):
     a, name = np.asarray(a, np.float64), path[-1].key
+    if name in (redraw or {}):
+      return (redraw[name] * rng.standard_normal(a.shape)).astype(np.float32)
     if name in WEIGHTS:
       rms = float(np.sqrt(np.mean(a ** 2)))
       std = 0.5 * rms if rms > 0 else 0.5 / np.sqrt(d_model)
@@ -104,12 +109,12 @@ def _case(name, cid):
   """(mcfg, perturbed params as float64, batch, model logits, model loss, model grads), one compile per case."""
   assert cid is not None, f"variant {name!r} has no case in tests/test_reference.py CASES"
   layers, over = next((l, o) for c, l, o in CASES[name] if c == cid)
-  shrink = over.get("_shrink", ())
+  shrink, redraw = over.get("_shrink", ()), over.get("_redraw")
   mcfg = configlib.model_config(tiny_config(name, layers, **{k: v for k, v in over.items() if k[0] != "_"}))
   rng = np.random.default_rng(zlib.crc32(f"{name}-{cid}".encode()))
   batch = _batch(rng)
   params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), batch["inputs"][:1])["params"])
-  params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink)
+  params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink, redraw)
   loss_fn = step.make_loss_fn(mcfg)
 
   @jax.jit
