@@ -136,7 +136,8 @@ def test_tensorboard_scalar_tags_do_not_grow_with_depth(runs):
 
 def test_neg_log_probs_by_hand_with_as_many_documents_as_bytes():
   """Add-one smoothing written out by hand on a count where BOS (one per document) is as frequent as the bytes, so
-  a BOS count off by one, doubled or left out moves its -ln p by 0.18 to 1.6 nats (and every byte's by 4e-3 to 2e-2) against a 1e-12 tolerance."""
+  a BOS count off by one, doubled or left out moves its -ln p by 0.18 to 1.6 nats (and every byte's by 4e-3 to
+  2e-2) against a 1e-12 tolerance."""
   counts = np.zeros(256, np.int64)
   counts[ord("a")], counts[ord("b")] = 3, 1
   c = {"byte_counts": counts.tolist(), "documents": 4, "bytes": 4}
