@@ -152,3 +152,17 @@ def test_neg_log_probs_by_hand_with_as_many_documents_as_bytes():
   z = 4 + 256                                       # no BOS target without packing: 256 symbols
   assert cropped[ord("a")] == pytest.approx(-np.log(4 / z), rel=1e-12) and cropped[data.BOS] == 0.0
   assert cropped[ord("c")] == pytest.approx(-np.log(1 / z), rel=1e-12)
+
+
+@pytest.mark.parametrize("eval_loss,want", [
+    (3.0 - unigram.MARGIN - 1e-3, True),    # just past the margin below the unigram
+    (3.0 - unigram.MARGIN + 1e-3, False),   # below the unigram, but not by the margin
+    (3.0 + unigram.MARGIN - 1e-3, False),   # within a margin above it (a sign flip of the margin says True)
+    (3.0, False),
+    (float("nan"), False),
+    (None, None),
+])
+def test_learned_beyond_unigram_at_the_margin(eval_loss, want):
+  """MARGIN = 0.1 nats/byte below a 3.0 unigram loss: 2.899 learned beyond it, 2.901 and 3.099 did not."""
+  assert unigram.MARGIN == 0.1
+  assert unigram.learned_beyond(eval_loss, 3.0) is want
