@@ -61,6 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.admin.profile_batch = 8         # Admin: sequences of random bytes (from the seed) in the omega profiling pass
   m.hybrid_norm = ml_collections.ConfigDict()
   m.hybrid_norm.first_pre_norm = False  # HybridNorm*: the first block is Pre-Norm (attention and FFN)
+  m.hybrid_norm.qkv_norm = "head"   # QKV norms per head over K, one affine of size K (authors' code) | all: over H*K
   m.denseformer = ml_collections.ConfigDict()
   m.denseformer.dilation = 1        # DenseFormer k: the DWA after block i reads the outputs X_j with j = i mod k
   m.denseformer.period = 1          # DenseFormer p: a DWA only after every p-th block

@@ -29,6 +29,17 @@ RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
 ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
+# The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
+ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}}
+
+
+def _with_added(model: dict) -> dict:
+  """A stored model config (JSON dict) with the fields it predates (ADDED_MODEL_FIELDS, ADDED_VARIANT_FIELDS)."""
+  out = {**ADDED_MODEL_FIELDS, **model}
+  for section, fields in ADDED_VARIANT_FIELDS.items():
+    if isinstance(out.get(section), dict):
+      out[section] = {**fields, **out[section]}
+  return out
 
 
 def _get(cfg, dotted):
@@ -104,6 +115,10 @@ def from_json(d: dict) -> ml_collections.ConfigDict:
   for key, val in ADDED_MODEL_FIELDS.items():
     if key not in cfg.model:
       cfg.model[key] = val
+  for section, fields in ADDED_VARIANT_FIELDS.items():
+    for key, val in fields.items():
+      if section in cfg.model and key not in cfg.model[section]:
+        cfg.model[section][key] = val
   for key, val in ADDED_TRAIN_FIELDS.items():
     if "train" in cfg and key not in cfg.train:
       cfg.train[key] = val
@@ -113,7 +128,7 @@ def from_json(d: dict) -> ml_collections.ConfigDict:
 def check_compatible(stored: dict, cfg, where: str) -> None:
   """Refuses a checkpoint whose model differs from the config (residual, depth, width, n, norm, ...)."""
   want = to_json(cfg)["model"]
-  have = {**ADDED_MODEL_FIELDS, **stored.get("model", {})}
+  have = _with_added(stored.get("model", {}))
   for key in sorted(set(want) | set(have)):
     if key in RUNTIME_MODEL_FIELDS:
       continue

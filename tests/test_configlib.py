@@ -35,6 +35,7 @@ BAD = [
     ("mhc", {"model.mhc.sinkhorn_iters": 0}, "model.mhc.sinkhorn_iters=0"),
     ("mhc", {"model.mhc.init": "random"}, "model.mhc.init='random'"),
     ("mix_ln", {"model.mix_ln.post_fraction": 1.5}, "model.mix_ln.post_fraction=1.5"),
+    ("hybrid_norm", {"model.hybrid_norm.qkv_norm": "token"}, "model.hybrid_norm.qkv_norm='token' is unknown; known: head, all"),
     ("deepnorm", {"model.init": "gpt2"}, "model.init='gpt2'"),
     ("ln_scaling", {"model.init": "gpt2"}, "model.init='gpt2'"),
 ]
@@ -86,6 +87,7 @@ REFUSED = [
     ("mix_ln", "model.mix_ln.post_fraction", 0.5),
     ("rezero", "model.rezero.alpha_init", 0.5),
     ("rezero", "model.rezero.share_gate", True),
+    ("hybrid_norm", "model.hybrid_norm.qkv_norm", "all"),
 ]
 
 
@@ -121,6 +123,18 @@ def test_fields_added_later_default_to_what_old_runs_computed():
   configlib.check_compatible(stored, tiny_config("pre_norm"), "runs/x")
   with pytest.raises(InputError, match="model.final_norm=True but the config asks for model.final_norm=False"):
     configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.final_norm": False}), "runs/x")
+
+
+def test_hybrid_norm_runs_stored_before_per_head_qkv_norms_are_the_all_features_form():
+  """A HybridNorm config stored before `hybrid_norm.qkv_norm` existed ran the H*K form: eval reads it so, and the
+  per-head default refuses its checkpoint naming both forms."""
+  stored = _stored(tiny_config("hybrid_norm"))
+  del stored["model"]["hybrid_norm"]["qkv_norm"]
+  assert configlib.from_json(stored).model.hybrid_norm.qkv_norm == "all"
+  configlib.check_compatible(stored, tiny_config("hybrid_norm", **{"model.hybrid_norm.qkv_norm": "all"}), "runs/x")
+  with pytest.raises(InputError, match="model.hybrid_norm.qkv_norm='all' but the config asks for "
+                                       "model.hybrid_norm.qkv_norm='head'"):
+    configlib.check_compatible(stored, tiny_config("hybrid_norm"), "runs/x")
 
 
 # docs/reliability.md (Config changes on resume), written out: what a resume may change and what it may not.
