@@ -76,6 +76,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mhc_lite.eps = 1e-20            # eps of the RMSNorm over the flattened streams
   m.mhc_lite.res_logit = 8.0        # b_res: 0 on the identity permutation, -res_logit on the others (I: 0.992)
   m.mhc_lite.pre_logit = 4.0        # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
+  m.mhc_lite.mix = "transpose"     # transpose: H_res^T x (the authors' code) | direct: H_res x (before 2026-12-01)
 
   d = c.data = ml_collections.ConfigDict()
   d.name = "pystdlib"               # pystdlib (offline default) | files | text_files | a TFDS text dataset (lm1b)

@@ -30,7 +30,7 @@ RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
 ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 # The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
-ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}}
+ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
 
 
 def _with_added(model: dict) -> dict:

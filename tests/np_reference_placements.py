@@ -70,8 +70,11 @@ def mhc_lite(x, c):
   w = w / w.sum(-1, keepdims=True)
   mixed = np.zeros_like(x)
   for kk, perm in enumerate(itertools.permutations(range(n))):
-    for s in range(n):            # P_k[s, perm(s)] = 1: stream s goes to output perm(s)
-      mixed[:, :, perm[s]] += w[..., kk, None] * x[:, :, s]
+    for s in range(n):
+      if mc.get("mix", "transpose") == "transpose":  # P_k[s, perm(s)] = 1: stream s goes to output perm(s)
+        mixed[:, :, perm[s]] += w[..., kk, None] * x[:, :, s]
+      else:                                          # resnorm before 2026-12-01: (H x)_s = sum_k w_k x_{perm_k(s)}
+        mixed[:, :, s] += w[..., kk, None] * x[:, :, perm[s]]
   y = c.f(c.n(np.einsum("btn,btnd->btd", h_pre, x)))
   return mixed + h_post[..., None] * y[:, :, None, :]
 

@@ -137,6 +137,20 @@ def test_hybrid_norm_runs_stored_before_per_head_qkv_norms_are_the_all_features_
     configlib.check_compatible(stored, tiny_config("hybrid_norm"), "runs/x")
 
 
+def test_mhc_lite_runs_stored_before_the_authors_mix_keep_their_own():
+  """An mHC-lite config stored before `mhc_lite.mix` existed mixed with H_res x: eval reads it so, and the authors'
+  H_res^T x (the default now) refuses its checkpoint naming both; an unknown mix is refused."""
+  stored = _stored(tiny_config("mhc_lite"))
+  del stored["model"]["mhc_lite"]["mix"]
+  assert configlib.from_json(stored).model.mhc_lite.mix == "direct"
+  configlib.check_compatible(stored, tiny_config("mhc_lite", **{"model.mhc_lite.mix": "direct"}), "runs/x")
+  with pytest.raises(InputError, match="model.mhc_lite.mix='direct' but the config asks for "
+                                       "model.mhc_lite.mix='transpose'"):
+    configlib.check_compatible(stored, tiny_config("mhc_lite"), "runs/x")
+  with pytest.raises(InputError, match="model.mhc_lite.mix='both' is unknown"):
+    configlib.validate(tiny_config("mhc_lite", **{"model.mhc_lite.mix": "both"}))
+
+
 # docs/reliability.md (Config changes on resume), written out: what a resume may change and what it may not.
 TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
               "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,

@@ -70,7 +70,8 @@ CASES = {
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
     # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
     "mhc_lite": [("n4-learned-nofinal", 2, {"model.pos": "learned", "model.final_norm": False,
-                                            "_redraw": {"b_res": 3.0}})],
+                                            "_redraw": {"b_res": 3.0}}),
+                 ("n3-direct", 2, {"model.mhc_lite.n": 3, "model.mhc_lite.mix": "direct", "_redraw": {"b_res": 3.0}})],
 }
 # A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked.
 PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
