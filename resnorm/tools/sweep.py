@@ -12,10 +12,11 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 from absl import flags
 
-from resnorm import workdir as wd
+from resnorm import storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -54,19 +55,29 @@ def load_points(path: str) -> list[dict]:
 
 def command(point: dict, root: str) -> list[str]:
   return ([sys.executable, os.path.join(ROOT, "train.py"), f"--config={os.path.join(ROOT, point['config'])}",
-           f"--workdir={os.path.join(root, point['name'])}"]
+           f"--workdir={storage.join(root, point['name'])}"]
           + [f"--config.{k}={v}" for k, v in point["overrides"].items()])
 
 
 def status(root: str, name: str) -> str | None:
-  path = os.path.join(root, name, "summary.json")
-  return wd.read_json(path, "summary").get("status") if os.path.exists(path) else None
+  path = storage.join(root, name, "summary.json")
+  return wd.read_json(path, "summary").get("status") if storage.exists(path) else None
 
 
 def _run(point, root) -> tuple[str, int]:
-  os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-  with open(os.path.join(root, "logs", f"{point['name']}.log"), "a") as log:
+  """One point; its output goes to ROOT/logs/NAME.log (in a bucket: written whole when the run ends, after what
+  earlier attempts logged)."""
+  path = storage.join(root, "logs", f"{point['name']}.log")
+  if not storage.is_remote(root):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as log:
+      rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    return point["name"], rc
+  with tempfile.TemporaryFile() as log:
     rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    log.seek(0)
+    before = storage.read_bytes(path) if storage.exists(path) else b""
+    storage.write_bytes(path, before + log.read())
   return point["name"], rc
 
 
