@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import text_config
@@ -95,18 +96,21 @@ def test_files_glob_and_tensorboard_in_a_bucket(gcs, tmp_path):
 
   from tensorboard.backend.event_processing import event_accumulator
   tb = wd.TensorBoard(f"{base}/tb")
-  tb.scalars(1, {"loss": 3.0})
+  tb.scalars(1, {"loss": 1.0})
   tb.publish()
-  assert len(storage.listdir(f"{base}/tb")) == 1
-  tb.scalars(2, {"loss": 2.0})
+  assert len(storage.listdir(f"{base}/tb")) == 1  # uploaded at publish, not at close
+  tb.publish()  # nothing new: no empty event file
+  for step in range(2, 13):  # past ten event files: their names must still sort in the order written
+    tb.scalars(step, {"loss": 1.0 / step})
+    tb.publish()
   tb.close()
   names = storage.listdir(f"{base}/tb")
-  assert len(names) == 2 and names == sorted(names)
+  assert len(names) == 12
   for n in names:  # TensorBoard reads a downloaded copy as the bucket's files
     (tmp_path / n).write_bytes(storage.read_bytes(f"{base}/tb/{n}"))
   acc = event_accumulator.EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
   acc.Reload()
-  assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(1, 3.0), (2, 2.0)]
+  assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(s, np.float32(1.0 / s)) for s in range(1, 13)]
 
 
 # ---- end to end: train.py, eval.py on gs:// ------------------------------------------------------------------------
@@ -174,6 +178,10 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
   assert r.returncode == 0, r.stderr[-3000:]
   samples = wd.read_jsonl(f"{run}/eval/samples_step_24.jsonl")
   assert len(samples) == 1 and samples[0]["prompt"] == "def f" and len(samples[0]["tokens"]) <= 5
+
+  from resnorm.tools import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
+  read = claims.Runs._read(run)
+  assert read["loss"] == final_eval and read["evals"] == [(s, e) for s, _, e in _losses(local) if e is not None]
 
   from resnorm.tools import report  # eval.py --sweep's work, here in-process
   rows = report.report(f"gs://{BUCKET}/runs/*", f"gs://{BUCKET}/table")
