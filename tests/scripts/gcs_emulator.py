@@ -6,7 +6,9 @@ Two gaps of the emulator against GCS are filled here:
   checkpoints) reads it to make its next write of that object conditional, and refuses to write without it
   ("Malformed StorageGeneration");
 - its HTTP server handles one request at a time: a longer listen queue keeps tensorstore's parallel connections
-  from being refused, and a client that drops a connection is not worth a traceback on stderr.
+  from being refused; a connection idle for 10 s is dropped (a client stopped mid-request, as test_buckets stops
+  one with SIGSTOP, would otherwise block every other client; a resumed one retries), and a client that drops a
+  connection is not worth a traceback on stderr.
 """
 import http.server
 import sys
@@ -16,6 +18,7 @@ from gcp_storage_emulator import server
 from gcp_storage_emulator.handlers import objects
 
 http.server.HTTPServer.request_queue_size = 128
+http.server.BaseHTTPRequestHandler.timeout = 10
 http.server.HTTPServer.handle_error = lambda self, request, client_address: None
 _download = objects.download
 
