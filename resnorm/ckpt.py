@@ -11,13 +11,13 @@ process count: a checkpoint of 2 processes resumes in 1, and the other way round
 """
 import dataclasses
 import json
-import os
-import shutil
 import sys
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from resnorm import storage
 
 TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix for a save not yet committed (STEP.orbax-checkpoint-tmp[-T])
 
@@ -26,11 +26,11 @@ def remove_unfinished(directory: str) -> list[str]:
   """Deletes the uncommitted save directories a killed writer left in `directory`, saying so; returns their names.
   Only the workdir's lock owner may call this: a live writer's are in use."""
   try:
-    names = sorted(n for n in os.listdir(directory) if TMP_MARK in n)
+    names = [n for n in storage.listdir(directory) if TMP_MARK in n]
   except FileNotFoundError:
     return []
   for name in names:
-    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    storage.rmtree(storage.join(directory, name))
   if names:
     print(f"removed {len(names)} unfinished checkpoint save(s) left by an earlier writer: {', '.join(names)}",
           file=sys.stderr, flush=True)
@@ -140,10 +140,10 @@ class Checkpointer:
     if jax.process_index() != 0:
       self.mngr.reload()
       return
-    dest = os.path.join(f"{self.directory}.corrupt", str(step))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    shutil.move(os.path.join(self.directory, str(step)), dest)
+    dest = storage.join(f"{self.directory}.corrupt", str(step))
+    storage.rmtree(dest)
+    storage.makedirs(f"{self.directory}.corrupt")
+    storage.move(storage.join(self.directory, str(step)), dest)
     self.mngr.reload()
 
   def reload(self) -> None:

@@ -15,10 +15,11 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 from absl import flags
 
-from resnorm import workdir as wd
+from resnorm import storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
 from resnorm.tools import slurm, sweep_status
 
@@ -61,19 +62,29 @@ def load_points(path: str) -> list[dict]:
 
 def command(point: dict, root: str) -> list[str]:
   return ([sys.executable, os.path.join(ROOT, "train.py"), f"--config={os.path.join(ROOT, point['config'])}",
-           f"--workdir={os.path.join(root, point['name'])}"]
+           f"--workdir={storage.join(root, point['name'])}"]
           + [f"--config.{k}={v}" for k, v in point["overrides"].items()])
 
 
 def status(root: str, name: str) -> str | None:
-  path = os.path.join(root, name, "summary.json")
-  return wd.read_json(path, "summary").get("status") if os.path.exists(path) else None
+  path = storage.join(root, name, "summary.json")
+  return wd.read_json(path, "summary").get("status") if storage.exists(path) else None
 
 
 def _run(point, root) -> tuple[str, int]:
-  os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-  with open(os.path.join(root, "logs", f"{point['name']}.log"), "a") as log:
-    rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+  """One point; its output goes to ROOT/logs/NAME.log (in a bucket: written whole when the run ends, after what
+  earlier attempts logged), its exit code to ROOT/logs/NAME.exit."""
+  path = storage.join(root, "logs", f"{point['name']}.log")
+  if not storage.is_remote(root):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as log:
+      rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+  else:
+    with tempfile.TemporaryFile() as log:
+      rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+      log.seek(0)
+      before = storage.read_bytes(path) if storage.exists(path) else b""
+      storage.write_bytes(path, before + log.read())
   sweep_status.write_exit(root, point["name"], rc)
   return point["name"], rc
 
@@ -104,7 +115,7 @@ def main(argv) -> int:
   check(FLAGS.root, "--root is required")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
   points = load_points(argv[1])
-  root = os.path.abspath(FLAGS.root)
+  root = storage.absolute(FLAGS.root)
   if FLAGS.status:
     print(sweep_status.table(points, root)[1])
     return 0

@@ -12,9 +12,7 @@ A point's state, first match wins:
   pending                       nothing yet
 ROOT/logs/NAME.exit and NAME.job are written by the local and SLURM launchers (resnorm.tools.slurm).
 """
-import os
-
-from resnorm import workdir as wd
+from resnorm import storage, workdir as wd
 from resnorm.tools import slurm
 
 RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT")
@@ -22,19 +20,18 @@ RUNNING = ("RUNNING", "COMPLETING", "CONFIGURING", "SIGNALING", "STAGE_OUT")
 
 def _read(path: str) -> str | None:
   try:
-    with open(path) as f:
-      return f.read().strip() or None
-  except OSError:
+    return storage.read_text(path).strip() or None
+  except (OSError, FileNotFoundError):
     return None
 
 
 def write_exit(root: str, name: str, rc: int, job: str = "local") -> None:
-  with open(os.path.join(root, "logs", f"{name}.exit"), "w") as f:
-    f.write(f"{rc} {job}\n")
+  storage.makedirs(storage.join(root, "logs"))
+  storage.write_text(storage.join(root, "logs", f"{name}.exit"), f"{rc} {job}\n")
 
 
 def exit_code(root: str, name: str) -> int | None:
-  raw = _read(os.path.join(root, "logs", f"{name}.exit"))
+  raw = _read(storage.join(root, "logs", f"{name}.exit"))
   try:
     return int(raw.split()[0]) if raw else None
   except ValueError:
@@ -43,14 +40,14 @@ def exit_code(root: str, name: str) -> int | None:
 
 def point_state(root: str, name: str, active: dict | None, acct: dict) -> dict:
   """{state, job, exit, log} of one point."""
-  log = os.path.join(root, "logs", f"{name}.log")
-  job = (_read(os.path.join(root, "logs", f"{name}.job")) or "-").split()[0]
-  row = {"state": "pending", "job": "-", "exit": "-", "log": log if os.path.exists(log) else "-"}
+  log = storage.join(root, "logs", f"{name}.log")
+  job = (_read(storage.join(root, "logs", f"{name}.job")) or "-").split()[0]
+  row = {"state": "pending", "job": "-", "exit": "-", "log": log if storage.exists(log) else "-"}
   if active and name in active:
     state, tid = active[name]
     return {**row, "state": "running" if state in RUNNING else "pending", "job": tid}
-  path = os.path.join(root, name, "summary.json")
-  summary = wd.read_json(path, "summary") if os.path.exists(path) else {}
+  path = storage.join(root, name, "summary.json")
+  summary = wd.read_json(path, "summary") if storage.exists(path) else {}
   status, rc = summary.get("status"), exit_code(root, name)
   row["exit"] = "-" if rc is None else str(rc)
   if status or rc is not None:
