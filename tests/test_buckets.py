@@ -187,3 +187,23 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
   assert [(r["run"], r["status"], r["final_eval_loss"]) for r in rows] == [
       ("tiny", "completed", final_eval)]
   assert storage.read_text(f"gs://{BUCKET}/table/sweep.csv").splitlines()[1].startswith("tiny,pre_norm,2,")
+
+
+def test_sweep_runs_skips_and_reports_status_in_a_bucket(gcs, text_corpus, tmp_path):
+  """`resnorm.sweep --root=gs://...` (what `resnorm.results --root=gs://...` runs): points train into the bucket,
+  their logs and exit codes land there, `--status` reads them, and a rerun skips what finished."""
+  env = {**gcs, "RESNORM_SMOKE_DATA": text_corpus, "RESNORM_COMPILATION_CACHE": str(tmp_path / "jax_cache")}
+  root = f"gs://{BUCKET}/sweep"
+  sweep = lambda *a: subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/smoke.py",
+                                     f"--root={root}", *a], cwd=ROOT, env=env, capture_output=True, text=True,
+                                    timeout=600)
+  r = sweep("--jobs=2")
+  assert r.returncode == 0 and "smoke-hc: completed" in r.stdout, r.stdout + r.stderr[-3000:]
+  assert wd.read_json(f"{root}/smoke-pre_norm/summary.json", "summary")["status"] == "completed"
+  assert "step 4/4" in storage.read_text(f"{root}/logs/smoke-hc.log")
+  r = sweep("--status")
+  rows = [l.split() for l in r.stdout.splitlines() if l.startswith(("0 ", "1 "))]
+  assert r.returncode == 0 and len(rows) == 2 and all(row[2] in ("completed", "stalled") and row[4] == "0"
+                                                      for row in rows), r.stdout
+  r = sweep()
+  assert r.returncode == 0 and "2 already done, running 0" in r.stdout, r.stdout + r.stderr[-3000:]
