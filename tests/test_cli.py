@@ -107,6 +107,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
   assert not wd.exists()
 
 
+def test_a_config_file_that_sets_an_unknown_key_is_refused(tmp_path):
+  """A key configs/base.py does not define, set by a config file (not an override): exit 2 naming it."""
+  cfg = tmp_path / "stale.py"
+  cfg.write_text("from configs import tiny\n\ndef get_config(arg=None):\n  c = tiny.get_config('mhc')\n"
+                 "  c.model.mhc.sym_break = 'onehot'\n  return c\n")
+  wd = tmp_path / "wd"
+  r = run("train.py", f"--config={cfg}", f"--workdir={wd}")
+  assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+  assert r.stderr.strip().splitlines() == [
+      "error: unknown config key 'model.mhc.sym_break': configs/base.py does not define it"]
+  assert not wd.exists()
+
+
 def test_eval_errors(tmp_path):
   r = run("eval.py", f"--workdir={tmp_path}")
   assert r.returncode == 2 and "no checkpoints" in r.stderr and "Traceback" not in r.stderr
