@@ -12,6 +12,7 @@ process count: a checkpoint of 2 processes resumes in 1, and the other way round
 import dataclasses
 import json
 import os
+import re
 import shutil
 import sys
 from typing import Any
@@ -35,6 +36,50 @@ def remove_unfinished(directory: str) -> list[str]:
     print(f"removed {len(names)} unfinished checkpoint save(s) left by an earlier writer: {', '.join(names)}",
           file=sys.stderr, flush=True)
   return names
+
+
+def _reason(e: BaseException, limit: int = 500) -> str:
+  """One line saying why a restore failed: the innermost cause (`raise ... from`) of `e`. Orbax wraps TensorStore's
+  error ('Requested byte range ... is not valid for value of size 16') in one whose text ends in the repr of a
+  bound method and the whole TensorStore spec; TensorStore appends its spec as [tensorstore_spec...]."""
+  seen = set()
+  while e.__cause__ is not None and id(e) not in seen:
+    seen.add(id(e))
+    e = e.__cause__
+  text = re.sub(r"\s*\[tensorstore_spec.*$", "", (str(e).strip().splitlines() or [""])[0])
+  if len(text) > limit:
+    text = text[:limit].rsplit(" ", 1)[0] + " ..."
+  return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+_ORBAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (ocp,))
+
+
+def _is_aborted_read(unraisable) -> bool:
+  """What a failed restore leaves behind, reported through sys.unraisablehook after Orbax's event loop is closed:
+  TensorStore reads still in flight when the first one failed complete later and call back into the closed loop
+  ('RuntimeError: Event loop is closed', no object), and their Orbax coroutines, closed when collected, turn
+  GeneratorExit into an exception ('Exception ignored in: <coroutine object _read_array_index_and_device_put>')."""
+  exc, obj = unraisable.exc_value, unraisable.object
+  if obj is None and isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+    return True
+  code = getattr(obj, "cr_code", None)
+  return code is not None and code.co_filename.startswith(_ORBAX_DIRS)
+
+
+def _silence_aborted_reads() -> None:
+  """Drops _is_aborted_read's reports from here on (the stragglers arrive during later restores, the quarantine,
+  or when collected: no scope ends when they do); every other unraisable exception reaches the previous hook.
+  Installed once, by the first failed restore of the process."""
+  if getattr(sys.unraisablehook, "_resnorm_aborted_reads", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_aborted_read(unraisable):
+      previous(unraisable)
+  hook._resnorm_aborted_reads = True
+  sys.unraisablehook = hook
 
 
 class _IteratorHandler(ocp.CheckpointHandler):
@@ -115,7 +160,11 @@ class Checkpointer:
     args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
     if data_iter is not None:
       args["data"] = IteratorRestore(data_iter)
-    out = self.mngr.restore(step, args=ocp.args.Composite(**args))
+    try:
+      out = self.mngr.restore(step, args=ocp.args.Composite(**args))
+    except Exception:
+      _silence_aborted_reads()
+      raise
     return out["state"], out["host"]
 
   def restore_latest(self, abstract_state, data_iter=None, max_step: int | None = None):
@@ -126,8 +175,7 @@ class Checkpointer:
       try:
         return step, self.restore(step, abstract_state, data_iter)
       except Exception as e:  # noqa: BLE001: any failure to load means this checkpoint is unusable
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        print(f"warning: checkpoint step {step} cannot be restored ({type(e).__name__}: {first}); "
+        print(f"warning: checkpoint step {step} cannot be restored ({_reason(e)}); "
               "falling back to the previous one", file=sys.stderr, flush=True)
         self._quarantine(step)
     return None, None
