@@ -9,8 +9,10 @@ Several processes: every process saves its shards of `state` (Orbax); the iterat
 process (each runs the one global pipeline, resnorm/data.py), so `data` is written once and restores under any
 process count: a checkpoint of 2 processes resumes in 1, and the other way round.
 """
+import contextlib
 import dataclasses
 import json
+import logging
 import os
 import re
 import shutil
@@ -82,6 +84,26 @@ def _silence_aborted_reads() -> None:
   sys.unraisablehook = hook
 
 
+class _DropReadOnlyNotice(logging.Filter):
+  """Orbax's CheckpointManager logs 'Given directory is read only=DIR' (absl WARNING) whenever it is opened with
+  read_only options, as eval, --generate and train.init_from open theirs on purpose; the directory is not read-only
+  and nothing is wrong. Only that one message (its format string) is dropped."""
+
+  def filter(self, record):
+    return record.msg != "Given directory is read only=%s"
+
+
+@contextlib.contextmanager
+def _quiet_read_only_notice():
+  """_DropReadOnlyNotice on absl's logger while a read-only manager is opened, and only then."""
+  logger, drop = logging.getLogger("absl"), _DropReadOnlyNotice()
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
+
+
 class _IteratorHandler(ocp.CheckpointHandler):
   """The grain iterator state as one JSON file, written by process 0. grain's own handler writes one file per
   process, named with the process count (process_0-of-2.json), which another process count cannot read; those
@@ -134,7 +156,8 @@ class Checkpointer:
         ("data", _IteratorHandler(), IteratorSave, IteratorRestore)):
       registry.add(item, save, handler)
       registry.add(item, restore, handler)
-    self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
+    with _quiet_read_only_notice() if read_only else contextlib.nullcontext():
+      self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
 
   def steps(self) -> list[int]:
     return sorted(self.mngr.all_steps())

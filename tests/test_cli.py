@@ -56,6 +56,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   # eval uses the checkpoint's own config, whatever the current config files say
   r = run("eval.py", f"--workdir={wd}", "--step=2")
   assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stderr == "" and r.stdout.startswith("eval_loss ")  # no library notice (Orbax's 'read only=DIR')
   out = json.load(open(os.path.join(wd, "eval", "step_2.json")))
   assert out["residual"] == "mhc" and out["num_layers"] == 2 and out["step"] == 2
   assert out["eval_loss"] > 0 and out["bits_per_byte"] == pytest.approx(out["eval_loss"] / 0.6931471805599453)
@@ -64,6 +65,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   # generation from the checkpoint: printed, appended with its settings; an over-long prompt is refused
   r = run("eval.py", f"--workdir={wd}", "--generate=def ", "--max_new_tokens=5", "--num_samples=2")
   assert r.returncode == 0 and r.stdout.count("--- sample") == 2, r.stderr[-2000:]
+  assert r.stderr == ""
   rows = [json.loads(l) for l in open(os.path.join(wd, "eval", "samples_step_4.jsonl"))]
   assert [(x["prompt"], x["index"], x["temperature"], x["max_new_tokens"]) for x in rows] == [
       ("def ", 0, 0.0, 5), ("def ", 1, 0.0, 5)]

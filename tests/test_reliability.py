@@ -242,3 +242,26 @@ def test_more_bad_inputs(tmp_path, args, msg):
                      timeout=120)
   assert r.returncode == 2 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]
   assert not (tmp_path / "wd").exists()
+
+
+def test_opening_a_checkpoint_read_only_logs_nothing(tmp_path, caplog):
+  """Orbax logs 'Given directory is read only=DIR' (absl WARNING) when a manager is opened read-only, as eval,
+  --generate and train.init_from do: resnorm's reader drops that one message, only while it opens the manager."""
+  import logging
+  import orbax.checkpoint as ocp
+  from absl import logging as absl_logging
+  from resnorm import ckpt
+  notice = "Given directory is read only"
+  reader, _ = _truncated_checkpoint(str(tmp_path / "ckpt"))  # opened read-only (its data does not matter here)
+  absl = logging.getLogger("absl")
+  filters = list(absl.filters)
+  with caplog.at_level(logging.WARNING):
+    ckpt.Checkpointer(str(tmp_path / "ckpt"), read_only=True)
+    assert not [r for r in caplog.records if notice in r.getMessage()]
+    assert absl.filters == filters  # scoped: nothing left on the logger
+    # the same message from Orbax's own manager, and an absl warning after the reader is open, are kept
+    ocp.CheckpointManager(str(tmp_path / "ckpt"), options=ocp.CheckpointManagerOptions(read_only=True))
+    absl_logging.warning("something else is wrong=%s", 1)
+  assert [r.getMessage() for r in caplog.records if notice in r.getMessage() or "else" in r.getMessage()] == [
+      f"{notice}={tmp_path / 'ckpt'}", "something else is wrong=1"]
+  reader.close()
