@@ -70,9 +70,10 @@ def _is_aborted_read(unraisable) -> bool:
 
 
 def _silence_aborted_reads() -> None:
-  """Drops _is_aborted_read's reports from here on (the stragglers arrive during later restores, the quarantine,
-  or when collected: no scope ends when they do); every other unraisable exception reaches the previous hook.
-  Installed once, by the first failed restore of the process."""
+  """Drops _is_aborted_read's reports from here on; every other unraisable exception reaches the previous hook.
+  Installed once, by the first restore of the process, before it runs: the first stragglers can arrive before a
+  failing restore returns, the last during later restores, the quarantine, or whenever they are collected, so no
+  narrower scope holds them all. A restore that succeeds leaves no such reports to drop."""
   if getattr(sys.unraisablehook, "_resnorm_aborted_reads", False):
     return
   previous = sys.unraisablehook
@@ -183,11 +184,8 @@ class Checkpointer:
     args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
     if data_iter is not None:
       args["data"] = IteratorRestore(data_iter)
-    try:
-      out = self.mngr.restore(step, args=ocp.args.Composite(**args))
-    except Exception:
-      _silence_aborted_reads()
-      raise
+    _silence_aborted_reads()
+    out = self.mngr.restore(step, args=ocp.args.Composite(**args))
     return out["state"], out["host"]
 
   def restore_latest(self, abstract_state, data_iter=None, max_step: int | None = None):

@@ -144,8 +144,8 @@ def _truncated_checkpoint(directory):
 
 
 def test_a_failed_restore_silences_only_its_stragglers(monkeypatch, tmp_path):
-  """The unraisable reports a failed restore leaves (ckpt._is_aborted_read) are dropped from the moment a restore
-  fails; any other still reaches the hook that was there before."""
+  """The unraisable reports a failed restore leaves (ckpt._is_aborted_read) are dropped once a restore has been
+  attempted; any other still reaches the hook that was there before."""
   from types import SimpleNamespace
   from orbax.checkpoint._src.serialization import serialization
   seen = []
@@ -166,7 +166,7 @@ def test_a_failed_restore_silences_only_its_stragglers(monkeypatch, tmp_path):
              (ValueError("x"), other_coro)]
   for exc, obj in reports:
     report(exc, obj)
-  assert len(seen) == 5  # nothing is dropped before a restore fails
+  assert len(seen) == 5  # nothing is dropped before a restore
   reader, abstract = _truncated_checkpoint(str(tmp_path / "ckpt"))
   with pytest.raises(Exception):
     reader.restore(1, abstract)
