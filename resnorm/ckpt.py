@@ -58,10 +58,11 @@ _ORBAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (ocp,))
 
 
 def _is_aborted_read(unraisable) -> bool:
-  """What a failed restore leaves behind, reported through sys.unraisablehook after Orbax's event loop is closed:
-  TensorStore reads still in flight when the first one failed complete later and call back into the closed loop
-  ('RuntimeError: Event loop is closed', no object), and their Orbax coroutines, closed when collected, turn
-  GeneratorExit into an exception ('Exception ignored in: <coroutine object _read_array_index_and_device_put>')."""
+  """What a failed read of a checkpoint (a restore, or the metadata `config` reads) leaves behind, reported through
+  sys.unraisablehook after Orbax's event loop is closed: TensorStore reads still in flight when the first one failed
+  complete later and call back into the closed loop ('RuntimeError: Event loop is closed', no object), and their
+  Orbax coroutines, closed when collected, turn GeneratorExit into an exception ('Exception ignored in: <coroutine
+  object _read_array_index_and_device_put>')."""
   exc, obj = unraisable.exc_value, unraisable.object
   if obj is None and isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
     return True
@@ -69,11 +70,24 @@ def _is_aborted_read(unraisable) -> bool:
   return code is not None and code.co_filename.startswith(_ORBAX_DIRS)
 
 
+class _DropAbortedReadLogs(logging.Filter):
+  """The same failed read's Orbax tasks, collected with their exception unread: asyncio logs 'Task exception was
+  never retrieved' with the task (an Orbax coroutine) and a traceback. Only those records are dropped."""
+
+  def filter(self, record):
+    msg = str(record.msg)
+    return not (msg.startswith("Task exception was never retrieved") and any(d in msg for d in _ORBAX_DIRS))
+
+
 def _silence_aborted_reads() -> None:
-  """Drops _is_aborted_read's reports from here on; every other unraisable exception reaches the previous hook.
-  Installed once, by the first restore of the process, before it runs: the first stragglers can arrive before a
-  failing restore returns, the last during later restores, the quarantine, or whenever they are collected, so no
-  narrower scope holds them all. A restore that succeeds leaves no such reports to drop."""
+  """Drops _is_aborted_read's and _DropAbortedReadLogs' reports from here on; every other unraisable exception
+  reaches the previous hook, every other asyncio record is logged. Installed once, by the first Checkpointer of the
+  process: a read fails inside a restore or a metadata read, its stragglers arrive before or after the call returns,
+  during the quarantine, the next restore, or whenever they are collected, so no narrower scope holds them all. A
+  read that succeeds leaves no such reports to drop."""
+  asyncio_logger = logging.getLogger("asyncio")
+  if not any(isinstance(f, _DropAbortedReadLogs) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_DropAbortedReadLogs())
   if getattr(sys.unraisablehook, "_resnorm_aborted_reads", False):
     return
   previous = sys.unraisablehook
@@ -145,6 +159,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
     self.directory, self.read_only = directory, read_only
+    _silence_aborted_reads()  # before any read of this checkpoint can fail
     opts = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep, create=not read_only,
                                         read_only=read_only, save_interval_steps=0 if read_only else 1,
                                         enable_async_checkpointing=True)
@@ -184,7 +199,6 @@ class Checkpointer:
     args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
     if data_iter is not None:
       args["data"] = IteratorRestore(data_iter)
-    _silence_aborted_reads()
     out = self.mngr.restore(step, args=ocp.args.Composite(**args))
     return out["state"], out["host"]
 

@@ -144,8 +144,9 @@ def _truncated_checkpoint(directory):
 
 
 def test_a_failed_restore_silences_only_its_stragglers(monkeypatch, tmp_path):
-  """The unraisable reports a failed restore leaves (ckpt._is_aborted_read) are dropped once a restore has been
-  attempted; any other still reaches the hook that was there before."""
+  """The reports a failed read leaves (ckpt._is_aborted_read; asyncio's 'Task exception was never retrieved' for an
+  Orbax task) are dropped once a Checkpointer exists; any other still reaches the hook, or the log, as before."""
+  import logging
   from types import SimpleNamespace
   from orbax.checkpoint._src.serialization import serialization
   seen = []
@@ -175,6 +176,21 @@ def test_a_failed_restore_silences_only_its_stragglers(monkeypatch, tmp_path):
     report(exc, obj)
   assert [(str(u.exc_value), u.object) for u in seen] == [("Event loop is closed", other_coro), ("other", None),
                                                           ("x", other_coro)]
+  logged = []
+
+  class Keep(logging.Handler):
+    def emit(self, record):
+      logged.append(record.getMessage().splitlines()[0])
+  asyncio_logger, keep = logging.getLogger("asyncio"), Keep()
+  asyncio_logger.addHandler(keep)
+  try:
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<async_deserialize() done, "
+                         f"defined at {serialization.__file__}:394> exception=ValueError('x')>")
+    asyncio_logger.error("Task exception was never retrieved\nfuture: <Task finished coro=<mine() done, defined at "
+                         "/home/me/x.py:1>>")
+  finally:
+    asyncio_logger.removeHandler(keep)
+  assert logged == ["Task exception was never retrieved"]  # the second: not Orbax's
   orbax_coro.close()
   other_coro.close()
 
