@@ -71,12 +71,22 @@ def _is_aborted_read(unraisable) -> bool:
 
 
 class _DropAbortedReadLogs(logging.Filter):
-  """The same failed read's Orbax tasks, collected with their exception unread: asyncio logs 'Task exception was
-  never retrieved' with the task (an Orbax coroutine) and a traceback. Only those records are dropped."""
+  """The same failed read's Orbax tasks and gathers, collected with their exception unread: asyncio logs 'Task (or
+  _GatheringFuture) exception was never retrieved' with a traceback. Only those whose task is an Orbax coroutine or
+  whose exception was raised through Orbax's code are dropped."""
 
   def filter(self, record):
     msg = str(record.msg)
-    return not (msg.startswith("Task exception was never retrieved") and any(d in msg for d in _ORBAX_DIRS))
+    if not re.match(r"\w+ exception was never retrieved", msg):
+      return True
+    if any(d in msg for d in _ORBAX_DIRS):
+      return False
+    tb = record.exc_info[2] if record.exc_info else None
+    while tb is not None:
+      if tb.tb_frame.f_code.co_filename.startswith(_ORBAX_DIRS):
+        return False
+      tb = tb.tb_next
+    return True
 
 
 def _silence_aborted_reads() -> None:
