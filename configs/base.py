@@ -1,6 +1,8 @@
 """Every config field, each commented once. Experiment files (configs/<residual>_<L>l.py) override a few.
 
 get_config(arg): arg is the scale, "cpu" (default: a laptop CPU, minutes) or "tpu" (a Cloud TPU study).
+Only the fields defined here exist: a config file, a --config.x override, a sweep point or code that sets any other
+key is refused with exit 2 naming it (resnorm/configkeys.py), so a stale or misspelt key never silently does nothing.
 """
 import ml_collections
 

@@ -7,7 +7,7 @@ import re
 
 import ml_collections
 
-from resnorm import residual
+from resnorm import configkeys, residual
 from resnorm.errors import InputError, check
 
 REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.REMAT_POLICIES, plus none
@@ -63,6 +63,8 @@ def split_init_from(spec: str) -> tuple[str, int | None]:
 
 
 def validate(cfg) -> None:
+  """Every bad value -> InputError naming the field; so is a key configs/base.py does not define."""
+  configkeys.check(cfg)
   for field, allowed in CHOICES.items():
     val = _get(cfg, field)
     check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(map(str, allowed))}")
@@ -110,8 +112,14 @@ def to_json(cfg) -> dict:
 
 
 def from_json(d: dict) -> ml_collections.ConfigDict:
-  """A stored config; model fields it predates get the value that reproduces what it ran (ADDED_MODEL_FIELDS)."""
+  """A stored config; model fields it predates get the value that reproduces what it ran (ADDED_MODEL_FIELDS),
+  retired runtime-only fields are dropped (configkeys.RETIRED_RUNTIME_FIELDS). Any other field this code does
+  not know is left in, for validate to refuse: the run computed something this code cannot reproduce."""
   cfg = ml_collections.ConfigDict(d)
+  for dotted in configkeys.RETIRED_RUNTIME_FIELDS:
+    section, _, key = dotted.rpartition(".")
+    if section in cfg and key in cfg[section]:
+      del cfg[section][key]
   for key, val in ADDED_MODEL_FIELDS.items():
     if key not in cfg.model:
       cfg.model[key] = val

@@ -63,9 +63,7 @@ def _restore(workdir: str, checkpointer, k: int):
 
 def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, seed, num_samples) -> int:
   """eval.py --generate: samples printed and appended to DIR/eval/samples_step_K.jsonl with their settings."""
-  check(temperature >= 0, f"--temperature={temperature} must be >= 0")
-  check(top_k >= 0, f"--top_k={top_k} must be >= 0")
-  check(num_samples >= 1, f"--num_samples={num_samples} must be >= 1")
+  generate.check_settings(temperature, top_k, num_samples, seed)
   mode = "newest" if step is None else "step"
   checkpointer, _, step = _checkpoints(workdir, step)
   cfg = configlib.from_json(checkpointer.config(step) or wd.read_json(storage.join(workdir, "config.json"),

@@ -19,7 +19,7 @@ import tempfile
 
 from absl import flags
 
-from resnorm import storage, workdir as wd
+from resnorm import configkeys, storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
 from resnorm.tools import slurm, sweep_status
 
@@ -49,6 +49,8 @@ def load_points(path: str) -> list[dict]:
   def add(config: str, name: str | None = None, **overrides):
     cfg_path = config.split(":")[0]
     check(os.path.isfile(os.path.join(ROOT, cfg_path)), f"{path}: config {config!r} does not exist")
+    for key in overrides:  # refused here, not in each point's train.py log after the others have run
+      configkeys.check_dotted(key, f"{path}: ")
     stem = os.path.splitext(os.path.basename(cfg_path))[0]
     auto = "-".join([stem] + [_short(k, v) for k, v in overrides.items()])
     points.append({"config": config, "name": re.sub(r"[^A-Za-z0-9_.=-]", "_", name or auto),
