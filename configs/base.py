@@ -1,6 +1,8 @@
 """Every config field, each commented once. Experiment files (configs/<residual>_<L>l.py) override a few.
 
 get_config(arg): arg is the scale, "cpu" (default: a laptop CPU, minutes) or "tpu" (a Cloud TPU study).
+Only the fields defined here exist: a config file, a --config.x override, a sweep point or code that sets any other
+key is refused with exit 2 naming it (resnorm/configkeys.py), so a stale or misspelt key never silently does nothing.
 """
 import ml_collections
 
@@ -16,7 +18,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.scale = scale                   # the scale this config was built for (cpu | tpu); informational
 
   m = c.model = ml_collections.ConfigDict()
-  m.residual = "pre_norm"           # registry name: see README table / resnorm.residual
+  m.residual = "pre_norm"           # registry name: see docs/variants.md section 8 / resnorm.residual
   m.num_layers = 12                 # L blocks; S = 2L sublayers (attention and MLP each count)
   m.d_model = 64                    # width D
   m.num_heads = 4                   # attention heads; must divide d_model
@@ -61,6 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.admin.profile_batch = 8         # Admin: sequences of random bytes (from the seed) in the omega profiling pass
   m.hybrid_norm = ml_collections.ConfigDict()
   m.hybrid_norm.first_pre_norm = False  # HybridNorm*: the first block is Pre-Norm (attention and FFN)
+  m.hybrid_norm.qkv_norm = "head"   # QKV norms per head over K, one affine of size K (authors' code) | all: over H*K
   m.denseformer = ml_collections.ConfigDict()
   m.denseformer.dilation = 1        # DenseFormer k: the DWA after block i reads the outputs X_j with j = i mod k
   m.denseformer.period = 1          # DenseFormer p: a DWA only after every p-th block
@@ -75,6 +78,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mhc_lite.eps = 1e-20            # eps of the RMSNorm over the flattened streams
   m.mhc_lite.res_logit = 8.0        # b_res: 0 on the identity permutation, -res_logit on the others (I: 0.992)
   m.mhc_lite.pre_logit = 4.0        # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
+  m.mhc_lite.mix = "transpose"     # transpose: H_res^T x (the authors' code) | direct: H_res x (before 2026-12-01)
 
   d = c.data = ml_collections.ConfigDict()
   d.name = "pystdlib"               # pystdlib (offline default) | shakespeare | files | text_files | a TFDS text
@@ -132,7 +136,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # whole-block remat, and diagnostics on 8 sequences. `train.py --dry_run --target=v4-8` prints the plan.
     m.dtype, m.remat = "bfloat16", "full"
     d.name, d.seq_len, d.eval_batches = "files", 1024, 32
-    # C4 or FineWeb shards in a bucket (README: Running on Cloud TPU); left as is, training stops with exit 2
+    # C4 or FineWeb shards in a bucket (docs/scaling.md: Cloud TPU runbook); left as is, training stops with exit 2
     d.paths = "SET_ME: --config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz'"
     t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4
     t.grad_accum, t.diag_batch = 16, 8

@@ -1,6 +1,7 @@
 """The peer-comparison shape of docs/performance.md: nanoGPT-like, d_model 128, 12 layers, 4 heads, MLP 512,
 seq 128, batch 16, learned positions, float32, AdamW. For `python -m resnorm.bench --config=configs/peer.py
---residuals=pre_norm,hc` next to tools/peer_torch.py (the same model in PyTorch eager)."""
+--residuals=pre_norm,hc,mhc` next to tools/peer_nanogpt.py (nanoGPT's own model.py, and its blocks in lucidrains'
+HC and mHC); tools/peer_ab.sh alternates the two."""
 from configs import base
 
 

@@ -9,15 +9,19 @@ Several processes: every process saves its shards of `state` (Orbax); the iterat
 process (each runs the one global pipeline, resnorm/data.py), so `data` is written once and restores under any
 process count: a checkpoint of 2 processes resumes in 1, and the other way round.
 """
+import contextlib
 import dataclasses
 import json
+import logging
 import os
-import shutil
+import re
 import sys
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+from resnorm import storage
 
 TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix for a save not yet committed (STEP.orbax-checkpoint-tmp[-T])
 
@@ -26,15 +30,104 @@ def remove_unfinished(directory: str) -> list[str]:
   """Deletes the uncommitted save directories a killed writer left in `directory`, saying so; returns their names.
   Only the workdir's lock owner may call this: a live writer's are in use."""
   try:
-    names = sorted(n for n in os.listdir(directory) if TMP_MARK in n)
+    names = [n for n in storage.listdir(directory) if TMP_MARK in n]
   except FileNotFoundError:
     return []
   for name in names:
-    shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    storage.rmtree(storage.join(directory, name))
   if names:
     print(f"removed {len(names)} unfinished checkpoint save(s) left by an earlier writer: {', '.join(names)}",
           file=sys.stderr, flush=True)
   return names
+
+
+def _reason(e: BaseException, limit: int = 500) -> str:
+  """One line saying why a restore failed: the innermost cause (`raise ... from`) of `e`. Orbax wraps TensorStore's
+  error ('Requested byte range ... is not valid for value of size 16') in one whose text ends in the repr of a
+  bound method and the whole TensorStore spec; TensorStore appends its spec as [tensorstore_spec...]."""
+  seen = set()
+  while e.__cause__ is not None and id(e) not in seen:
+    seen.add(id(e))
+    e = e.__cause__
+  text = re.sub(r"\s*\[tensorstore_spec.*$", "", (str(e).strip().splitlines() or [""])[0])
+  if len(text) > limit:
+    text = text[:limit].rsplit(" ", 1)[0] + " ..."
+  return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+_ORBAX_DIRS = tuple(os.path.dirname(m.__file__) + os.sep for m in (ocp,))
+
+
+def _is_aborted_read(unraisable) -> bool:
+  """What a failed read of a checkpoint (a restore, or the metadata `config` reads) leaves behind, reported through
+  sys.unraisablehook after Orbax's event loop is closed: TensorStore reads still in flight when the first one failed
+  complete later and call back into the closed loop ('RuntimeError: Event loop is closed', no object), and their
+  Orbax coroutines, closed when collected, turn GeneratorExit into an exception ('Exception ignored in: <coroutine
+  object _read_array_index_and_device_put>')."""
+  exc, obj = unraisable.exc_value, unraisable.object
+  if obj is None and isinstance(exc, RuntimeError) and str(exc) == "Event loop is closed":
+    return True
+  code = getattr(obj, "cr_code", None)
+  return code is not None and code.co_filename.startswith(_ORBAX_DIRS)
+
+
+class _DropAbortedReadLogs(logging.Filter):
+  """The same failed read's Orbax tasks and gathers, collected with their exception unread: asyncio logs 'Task (or
+  _GatheringFuture) exception was never retrieved' with a traceback. Only those whose task is an Orbax coroutine or
+  whose exception was raised through Orbax's code are dropped."""
+
+  def filter(self, record):
+    msg = str(record.msg)
+    if not re.match(r"\w+ exception was never retrieved", msg):
+      return True
+    if any(d in msg for d in _ORBAX_DIRS):
+      return False
+    tb = record.exc_info[2] if record.exc_info else None
+    while tb is not None:
+      if tb.tb_frame.f_code.co_filename.startswith(_ORBAX_DIRS):
+        return False
+      tb = tb.tb_next
+    return True
+
+
+def _silence_aborted_reads() -> None:
+  """Drops _is_aborted_read's and _DropAbortedReadLogs' reports from here on; every other unraisable exception
+  reaches the previous hook, every other asyncio record is logged. Installed once, by the first Checkpointer of the
+  process: a read fails inside a restore or a metadata read, its stragglers arrive before or after the call returns,
+  during the quarantine, the next restore, or whenever they are collected, so no narrower scope holds them all. A
+  read that succeeds leaves no such reports to drop."""
+  asyncio_logger = logging.getLogger("asyncio")
+  if not any(isinstance(f, _DropAbortedReadLogs) for f in asyncio_logger.filters):
+    asyncio_logger.addFilter(_DropAbortedReadLogs())
+  if getattr(sys.unraisablehook, "_resnorm_aborted_reads", False):
+    return
+  previous = sys.unraisablehook
+
+  def hook(unraisable):
+    if not _is_aborted_read(unraisable):
+      previous(unraisable)
+  hook._resnorm_aborted_reads = True
+  sys.unraisablehook = hook
+
+
+class _DropReadOnlyNotice(logging.Filter):
+  """Orbax's CheckpointManager logs 'Given directory is read only=DIR' (absl WARNING) whenever it is opened with
+  read_only options, as eval, --generate and train.init_from open theirs on purpose; the directory is not read-only
+  and nothing is wrong. Only that one message (its format string) is dropped."""
+
+  def filter(self, record):
+    return record.msg != "Given directory is read only=%s"
+
+
+@contextlib.contextmanager
+def _quiet_read_only_notice():
+  """_DropReadOnlyNotice on absl's logger while a read-only manager is opened, and only then."""
+  logger, drop = logging.getLogger("absl"), _DropReadOnlyNotice()
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
 
 
 class _IteratorHandler(ocp.CheckpointHandler):
@@ -77,6 +170,7 @@ class Checkpointer:
 
   def __init__(self, directory: str, keep: int = 2, read_only: bool = False):
     self.directory, self.read_only = directory, read_only
+    _silence_aborted_reads()  # before any read of this checkpoint can fail
     opts = ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep, create=not read_only,
                                         read_only=read_only, save_interval_steps=0 if read_only else 1,
                                         enable_async_checkpointing=True)
@@ -89,7 +183,8 @@ class Checkpointer:
         ("data", _IteratorHandler(), IteratorSave, IteratorRestore)):
       registry.add(item, save, handler)
       registry.add(item, restore, handler)
-    self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
+    with _quiet_read_only_notice() if read_only else contextlib.nullcontext():
+      self.mngr = ocp.CheckpointManager(directory, options=opts, handler_registry=registry)
 
   def steps(self) -> list[int]:
     return sorted(self.mngr.all_steps())
@@ -126,8 +221,7 @@ class Checkpointer:
       try:
         return step, self.restore(step, abstract_state, data_iter)
       except Exception as e:  # noqa: BLE001: any failure to load means this checkpoint is unusable
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        print(f"warning: checkpoint step {step} cannot be restored ({type(e).__name__}: {first}); "
+        print(f"warning: checkpoint step {step} cannot be restored ({_reason(e)}); "
               "falling back to the previous one", file=sys.stderr, flush=True)
         self._quarantine(step)
     return None, None
@@ -140,10 +234,10 @@ class Checkpointer:
     if jax.process_index() != 0:
       self.mngr.reload()
       return
-    dest = os.path.join(f"{self.directory}.corrupt", str(step))
-    shutil.rmtree(dest, ignore_errors=True)
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    shutil.move(os.path.join(self.directory, str(step)), dest)
+    dest = storage.join(f"{self.directory}.corrupt", str(step))
+    storage.rmtree(dest)
+    storage.makedirs(f"{self.directory}.corrupt")
+    storage.move(storage.join(self.directory, str(step)), dest)
     self.mngr.reload()
 
   def reload(self) -> None:

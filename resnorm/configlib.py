@@ -7,7 +7,7 @@ import re
 
 import ml_collections
 
-from resnorm import residual
+from resnorm import configkeys, residual
 from resnorm.errors import InputError, check
 
 REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.REMAT_POLICIES, plus none
@@ -29,6 +29,17 @@ RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
 ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
+# The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
+ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
+
+
+def _with_added(model: dict) -> dict:
+  """A stored model config (JSON dict) with the fields it predates (ADDED_MODEL_FIELDS, ADDED_VARIANT_FIELDS)."""
+  out = {**ADDED_MODEL_FIELDS, **model}
+  for section, fields in ADDED_VARIANT_FIELDS.items():
+    if isinstance(out.get(section), dict):
+      out[section] = {**fields, **out[section]}
+  return out
 
 
 def _get(cfg, dotted):
@@ -52,6 +63,8 @@ def split_init_from(spec: str) -> tuple[str, int | None]:
 
 
 def validate(cfg) -> None:
+  """Every bad value -> InputError naming the field; so is a key configs/base.py does not define."""
+  configkeys.check(cfg)
   for field, allowed in CHOICES.items():
     val = _get(cfg, field)
     check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(map(str, allowed))}")
@@ -99,11 +112,21 @@ def to_json(cfg) -> dict:
 
 
 def from_json(d: dict) -> ml_collections.ConfigDict:
-  """A stored config; model fields it predates get the value that reproduces what it ran (ADDED_MODEL_FIELDS)."""
+  """A stored config; model fields it predates get the value that reproduces what it ran (ADDED_MODEL_FIELDS),
+  retired runtime-only fields are dropped (configkeys.RETIRED_RUNTIME_FIELDS). Any other field this code does
+  not know is left in, for validate to refuse: the run computed something this code cannot reproduce."""
   cfg = ml_collections.ConfigDict(d)
+  for dotted in configkeys.RETIRED_RUNTIME_FIELDS:
+    section, _, key = dotted.rpartition(".")
+    if section in cfg and key in cfg[section]:
+      del cfg[section][key]
   for key, val in ADDED_MODEL_FIELDS.items():
     if key not in cfg.model:
       cfg.model[key] = val
+  for section, fields in ADDED_VARIANT_FIELDS.items():
+    for key, val in fields.items():
+      if section in cfg.model and key not in cfg.model[section]:
+        cfg.model[section][key] = val
   for key, val in ADDED_TRAIN_FIELDS.items():
     if "train" in cfg and key not in cfg.train:
       cfg.train[key] = val
@@ -113,7 +136,7 @@ def from_json(d: dict) -> ml_collections.ConfigDict:
 def check_compatible(stored: dict, cfg, where: str) -> None:
   """Refuses a checkpoint whose model differs from the config (residual, depth, width, n, norm, ...)."""
   want = to_json(cfg)["model"]
-  have = {**ADDED_MODEL_FIELDS, **stored.get("model", {})}
+  have = _with_added(stored.get("model", {}))
   for key in sorted(set(want) | set(have)):
     if key in RUNTIME_MODEL_FIELDS:
       continue

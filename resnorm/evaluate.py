@@ -1,11 +1,10 @@
 """eval.py's work: evaluate a checkpoint with its own config (or a fresh init) and write the diagnostics JSON."""
-import os
 import sys
 
 import jax
 
-from resnorm import (ckpt, configlib, data, diagnostics, generate, progress, runtime, step as step_lib, unigram,
-                     workdir as wd)
+from resnorm import (ckpt, configlib, data, diagnostics, generate, progress, runtime, step as step_lib, storage,
+                     unigram, workdir as wd)
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
@@ -43,8 +42,8 @@ def eval_init(cfg, outdir: str, eval_batches=None) -> int:
 
 def _checkpoints(workdir: str, step: int | None):
   """(read-only checkpointer, its steps, the step asked for or the newest)."""
-  ckpt_dir = os.path.join(os.path.abspath(workdir), "checkpoints")
-  check(os.path.isdir(ckpt_dir), f"--workdir={workdir!r} has no checkpoints/ directory")
+  ckpt_dir = storage.join(storage.absolute(workdir), "checkpoints")
+  check(storage.isdir(ckpt_dir), f"--workdir={workdir!r} has no checkpoints/ directory")
   checkpointer = ckpt.Checkpointer(ckpt_dir, read_only=True)
   steps = checkpointer.steps()
   check(steps, f"--workdir={workdir!r} has no checkpoint")
@@ -55,7 +54,7 @@ def _checkpoints(workdir: str, step: int | None):
 
 def _restore(workdir: str, checkpointer, k: int):
   """The checkpoint's own config (never the caller's), its runtime, and its state."""
-  stored = checkpointer.config(k) or wd.read_json(os.path.join(workdir, "config.json"), "workdir config")
+  stored = checkpointer.config(k) or wd.read_json(storage.join(workdir, "config.json"), "workdir config")
   cfg = configlib.from_json(stored)
   s = runtime.build(cfg)
   state, _ = checkpointer.restore(k, s.abstract)
@@ -64,12 +63,10 @@ def _restore(workdir: str, checkpointer, k: int):
 
 def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, seed, num_samples) -> int:
   """eval.py --generate: samples printed and appended to DIR/eval/samples_step_K.jsonl with their settings."""
-  check(temperature >= 0, f"--temperature={temperature} must be >= 0")
-  check(top_k >= 0, f"--top_k={top_k} must be >= 0")
-  check(num_samples >= 1, f"--num_samples={num_samples} must be >= 1")
+  generate.check_settings(temperature, top_k, num_samples, seed)
   mode = "newest" if step is None else "step"
   checkpointer, _, step = _checkpoints(workdir, step)
-  cfg = configlib.from_json(checkpointer.config(step) or wd.read_json(os.path.join(workdir, "config.json"),
+  cfg = configlib.from_json(checkpointer.config(step) or wd.read_json(storage.join(workdir, "config.json"),
                                                                       "workdir config"))
   tokens = generate.encode(prompt)
   generate.check_lengths(cfg, len(tokens), max_new_tokens)
@@ -78,8 +75,8 @@ def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, 
   if jax.process_index() != 0:
     return 0
   settings = {"max_new_tokens": max_new_tokens, "temperature": temperature, "top_k": top_k, "seed": seed}
-  os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
-  log = wd.JsonlLog(os.path.join(workdir, "eval", f"samples_step_{step}.jsonl"), keep_all=True)
+  storage.makedirs(storage.join(workdir, "eval"))
+  log = wd.JsonlLog(storage.join(workdir, "eval", f"samples_step_{step}.jsonl"), keep_all=True)
   for i, toks in enumerate(samples):
     text = generate.decode_bytes(toks)
     print(f"--- sample {i} (step {step}) ---\n{prompt}{text}", flush=True)
@@ -92,7 +89,7 @@ def generate_workdir(workdir, step, prompt, max_new_tokens, temperature, top_k, 
 def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: bool = False) -> int:
   mode = "all" if all_steps else "newest" if step is None else "step"
   checkpointer, steps, step = _checkpoints(workdir, step)
-  outdir = os.path.join(workdir, "eval")  # the only place eval writes: a live run may own the rest
+  outdir = storage.join(workdir, "eval")  # the only place eval writes: a live run may own the rest
   results = []
   todo = steps if all_steps else [step]
   bar = progress.Progress(len(todo), desc="eval", enabled=None if len(todo) > 1 else False)
@@ -107,12 +104,12 @@ def eval_workdir(workdir: str, step: int | None, eval_batches=None, all_steps: b
   bar.close()
   check(results, f"--workdir={workdir!r}: every checkpoint was removed while loading")
   if jax.process_index() == 0:
-    summary = _read_optional(os.path.join(workdir, "summary.json"))
-    metrics = wd.read_jsonl(os.path.join(workdir, "metrics.jsonl"))
+    summary = _read_optional(storage.join(workdir, "summary.json"))
+    metrics = wd.read_jsonl(storage.join(workdir, "metrics.jsonl"))
     # the baseline on the batches the plotted eval losses used (training's eval), else on this eval's
     base = next((m["unigram_eval_loss"] for m in metrics if "unigram_eval_loss" in m),
                 summary.get("unigram_eval_loss", results[-1]["unigram_eval_loss"]))
-    plots.loss_curves(metrics, summary.get("spike_steps"), os.path.join(outdir, "loss.png"),
+    plots.loss_curves(metrics, summary.get("spike_steps"), storage.join(outdir, "loss.png"),
                       f"{results[-1]['residual']} L={results[-1]['num_layers']}", unigram=base)
     plots.depth_figures(results[-1], outdir)
     if all_steps and len(results) > 1:
@@ -152,10 +149,10 @@ def _write(outdir, name, result, log=print):
   if jax.process_index() != 0:
     return
   try:
-    os.makedirs(outdir, exist_ok=True)
+    storage.makedirs(outdir)
   except OSError as e:
     raise InputError(f"cannot create {outdir!r}: {e.strerror}") from None
-  path = os.path.join(outdir, name)
+  path = storage.join(outdir, name)
   wd.write_json(path, result)
   log(f"eval_loss {result['eval_loss']:.4f} | bits_per_byte {result['bits_per_byte']:.4f} | byte-unigram "
       f"{result['unigram_eval_loss']:.4f} -> {path}")

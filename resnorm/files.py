@@ -78,7 +78,7 @@ def list_files(paths: str) -> list[str]:
   paths = str(paths).strip()
   check(not paths.startswith(PLACEHOLDER),
         f"data.paths={paths!r} is a placeholder: name your shards, e.g. "
-        "--config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz' (README: Running on Cloud TPU)")
+        "--config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz' (docs/scaling.md: Cloud TPU runbook)")
   patterns = [p.strip() for p in paths.split(",") if p.strip()]
   check(patterns, "data.paths is empty; data.name='files' needs files or globs (comma-separated)")
   out = []
@@ -110,7 +110,10 @@ def _json_text(line: bytes, key: str, where: str):
 
 
 def _records(uri: str, key: str, start: int):
-  """(index, text or None) of one JSON lines or parquet shard, from record `start` on."""
+  """(index, text or None) of one JSON lines or parquet shard, from record `start` on. A shard that cannot be read
+  (missing, corrupt gzip, bytes that are not parquet, a damaged row group) is an InputError naming it, whether it
+  is the first record checked up front or a shard first met mid-run."""
+  import pyarrow as pa
   fs, path = _filesystem(uri)
   try:
     if _format(uri) == "parquet":
@@ -131,7 +134,7 @@ def _records(uri: str, key: str, start: int):
       for i, line in enumerate(f):
         if i >= start:
           yield i, (_json_text(line, key, f"line {i + 1} of {uri}") if line.strip() else None)
-  except OSError as e:
+  except (OSError, pa.ArrowException) as e:  # pyarrow: ArrowInvalid (a ValueError) for bytes that are not parquet
     raise InputError(f"data.paths: cannot read {uri!r}: {str(e).splitlines()[0][:200]}") from None
 
 

@@ -6,6 +6,7 @@ prompt; then one jitted call per new token appends it at the cached position and
 sampled; a sampled BOS ends that sample (a new document would begin).
 """
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,19 @@ def check_lengths(cfg, prompt_len: int, max_new_tokens: int) -> None:
   check(prompt_len + max_new_tokens <= context,
         f"--max_new_tokens={max_new_tokens}: prompt ({prompt_len} tokens with BOS) + new tokens exceed the model's "
         f"context of {context}; use --max_new_tokens={context - prompt_len} or less")
+
+
+SAMPLEABLE = PAD  # ids 0..PAD-1: the 256 bytes and BOS; PAD and the vocabulary's padding ids are never sampled
+
+
+def check_settings(temperature: float, top_k: int, num_samples: int, seed: int) -> None:
+  """The sampling flags' ranges (eval.py --generate), checked before any checkpoint is read."""
+  check(math.isfinite(temperature) and temperature >= 0,
+        f"--temperature={temperature} must be a finite number >= 0 (0: greedy)")
+  check(0 <= top_k <= SAMPLEABLE, f"--top_k={top_k} must be in [0, {SAMPLEABLE}]: 0 samples among all "
+        f"{SAMPLEABLE} tokens a model can generate (the 256 bytes and BOS)")
+  check(num_samples >= 1, f"--num_samples={num_samples} must be >= 1")
+  check(-2**63 <= seed < 2**63, f"--seed={seed} must be in [-2**63, 2**63 - 1] (a 64-bit integer)")
 
 
 def sample(logits_BV: jax.Array, rng: jax.Array, temperature: float, top_k: int) -> jax.Array:

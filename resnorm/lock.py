@@ -29,6 +29,7 @@ import threading
 import time
 import uuid
 
+from resnorm import storage
 from resnorm.errors import InputError
 
 LOCK_NAME = "lock.json"
@@ -174,9 +175,8 @@ class RemoteStore:
 
 
 def store_for(workdir: str):
-  if "://" in workdir:
-    from etils import epath
-    return RemoteStore(epath.Path(workdir) / LOCK_NAME, _env_s("RESNORM_LOCK_SETTLE_S", SETTLE_S))
+  if storage.is_remote(workdir):
+    return RemoteStore(storage.as_epath(storage.join(workdir, LOCK_NAME)), _env_s("RESNORM_LOCK_SETTLE_S", SETTLE_S))
   return LocalStore(os.path.join(workdir, LOCK_NAME))
 
 

@@ -7,7 +7,7 @@ per-device peak of XLA's buffer assignment (arguments + temporaries + outputs no
 for eval and diagnostics plus the train state left resident) is compared with the target's memory less a
 margin. When it does not fit, settings that would are compiled and named: more FSDP, a smaller per-device
 micro-batch through train.grad_accum (the global batch, and so the study, unchanged), remat=full.
-How far the CPU's buffer assignment can be from the TPU compiler's is in the README (Scaling out).
+How far the CPU's buffer assignment can be from the TPU compiler's is in docs/scaling.md (Memory plan).
 """
 import copy
 import dataclasses

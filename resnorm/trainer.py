@@ -1,5 +1,4 @@
 """The training loop: resume, step, log one step behind, eval, checkpoint, stop on divergence or preemption."""
-import os
 import signal
 import sys
 import time
@@ -8,7 +7,7 @@ import jax
 import numpy as np
 
 from resnorm import (ckpt, configlib, data, diagnostics, distributed, flops, lock, progress, provenance,
-                     runtime, step as step_lib, unigram, upcycle, workdir as wd)
+                     runtime, step as step_lib, storage, unigram, upcycle, workdir as wd)
 from resnorm.errors import EXIT_DIVERGED, EXIT_PREEMPTED, InputError
 
 
@@ -30,17 +29,17 @@ class _Preemption:
 def _prepare_workdir(path: str, cfg, allow_config_change: bool = False) -> ckpt.Checkpointer:
   """Checks an existing workdir against the config (before writing anything), then creates what is missing.
   A model that differs is refused; so is a change of trajectory since the newest checkpoint, unless allowed."""
-  cfg_path = os.path.join(path, "config.json")
-  ckpt_dir = os.path.join(os.path.abspath(path), "checkpoints")
-  if os.path.exists(cfg_path):
+  cfg_path = storage.join(path, "config.json")
+  ckpt_dir = storage.join(storage.absolute(path), "checkpoints")
+  if storage.exists(cfg_path):
     configlib.check_compatible(wd.read_json(cfg_path, "workdir config"), cfg, path)
   try:
-    os.makedirs(path, exist_ok=True)
-    probe = os.path.join(path, f".write_test.{jax.process_index()}")  # one per process: they probe at once
-    open(probe, "w").close()
-    os.remove(probe)
+    storage.makedirs(path)
+    probe = storage.join(path, f".write_test.{jax.process_index()}")  # one per process: they probe at once
+    storage.write_bytes(probe, b"")
+    storage.remove(probe)
   except OSError as e:
-    raise InputError(f"--workdir={path!r} is not writable: {e.strerror}") from None
+    raise InputError(f"--workdir={path!r} is not writable: {e.strerror or e}") from None
   if jax.process_index() == 0:
     ckpt.remove_unfinished(ckpt_dir)  # a dead writer's; the caller holds the workdir lock
   checkpointer = ckpt.Checkpointer(ckpt_dir, keep=cfg.ckpt.keep)
@@ -99,22 +98,21 @@ class Trainer:
     if not self.lead:
       self.metrics = self.diag = self.tb = None
       return
-    self.metrics = wd.JsonlLog(os.path.join(self.workdir, "metrics.jsonl"), resume_step)
-    self.diag = wd.JsonlLog(os.path.join(self.workdir, "diagnostics.jsonl"), resume_step)
+    self.metrics = wd.JsonlLog(storage.join(self.workdir, "metrics.jsonl"), resume_step)
+    self.diag = wd.JsonlLog(storage.join(self.workdir, "diagnostics.jsonl"), resume_step)
     # what the kept lines already hold: the unigram baseline is logged once per run, and the TensorBoard depth
     # profiles draw the earlier diagnostics steps too
     self.unigram_logged = any("unigram_eval_loss" in r for r in wd.read_jsonl(self.metrics.path))
     self.diag_history = _thin([(r["step"], r["sublayers"]) for r in wd.read_jsonl(self.diag.path)])
-    self.tb = wd.TensorBoard(os.path.join(self.workdir, "tb"))
-    changes_path = os.path.join(self.workdir, "config_changes.jsonl")
+    self.tb = wd.TensorBoard(storage.join(self.workdir, "tb"))
+    changes_path = storage.join(self.workdir, "config_changes.jsonl")
     if changes is None:
-      wd.write_json(os.path.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
-      if os.path.exists(changes_path):
-        os.remove(changes_path)  # left by an attempt that never checkpointed: config.json is the start again
+      wd.write_json(storage.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
+      wd.remove_log(changes_path)  # left by an attempt that never checkpointed: config.json is the start again
       return
     # config.json stays the config the run started with; config_changes.jsonl says what changed from which step
     # (lines past the restored step are dropped like the metrics': those steps are recomputed)
-    if changes or os.path.exists(changes_path):
+    if changes or wd.read_jsonl(changes_path):
       log = wd.JsonlLog(changes_path, resume_step)
       for c in changes:
         log.write({"step": resume_step, **c})
@@ -125,7 +123,7 @@ class Trainer:
     if not self.lead:
       return
     m, final_eval = self.cfg.model, self.last["eval"].get("eval_loss")
-    wd.write_json(os.path.join(self.workdir, "summary.json"), {
+    wd.write_json(storage.join(self.workdir, "summary.json"), {
         "status": status, "step": step, "final_train_loss": self.last["loss"],
         "final_eval_loss": final_eval, "bits_per_byte": self.last["eval"].get("bits_per_byte"),
         "unigram_eval_loss": self.unigram, "learned_beyond_unigram": unigram.learned_beyond(final_eval, self.unigram),
@@ -140,6 +138,13 @@ class Trainer:
     if self.lead:
       self.metrics.write(rec)
       self.tb.scalars(rec["step"], {k: v for k, v in rec.items() if k != "step"})
+
+  def _publish(self):
+    """In a bucket, the logs' buffered lines and events become objects (at evals, checkpoints and exit: a killed
+    run loses only lines past its last checkpoint, which its resume recomputes); locally every line is written."""
+    if self.lead:
+      for log in (self.metrics, self.diag, self.tb):
+        log.publish() if log is self.tb else log.flush()
 
   # ---- loop ------------------------------------------------------------------------------------------------
 
@@ -293,6 +298,8 @@ class Trainer:
           self._diagnostics(state, batch, step)
         if step % t.ckpt_every == 0 or step == t.steps or stopping:
           self._save(state, step)
+        if sync:
+          self._publish()
         if stopping:
           self.ckpt.wait()
           print(f"{stopping}: checkpointed step {step}; rerun the same command to resume",

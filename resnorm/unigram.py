@@ -18,10 +18,10 @@ import time
 import numpy as np
 from etils import epath
 
-from resnorm import data, files as files_lib
+from resnorm import data, files as files_lib, storage
 
 MAX_BYTES = 1 << 26
-# learned_beyond_unigram: the final eval loss must sit this far below the unigram loss (README, "make train")
+# learned_beyond_unigram: the final eval loss must sit this far below the unigram loss (docs/usage.md, "The margin")
 MARGIN = 0.1
 
 
@@ -42,7 +42,7 @@ def _files_key(dcfg) -> dict:
 def _location(dcfg, fallback_dir: str | None):
   """(cache file or None, key) for the training split of dcfg."""
   if dcfg.name in ("text_files", "files"):
-    return (os.path.join(fallback_dir, "unigram.json") if fallback_dir else None), _files_key(dcfg)
+    return (storage.join(fallback_dir, "unigram.json") if fallback_dir else None), _files_key(dcfg)
   info = data.tfds_info(dcfg, "train")
   key = {"name": info.full_name, "split": "train", "max_bytes": MAX_BYTES}
   return epath.Path(info.data_dir) / "resnorm_unigram.json", key
@@ -76,9 +76,7 @@ def counts(dcfg, fallback_dir: str | None = None, write: bool = True) -> dict:
   if path is not None and write:
     try:
       epath.Path(path).parent.mkdir(parents=True, exist_ok=True)
-      tmp = epath.Path(f"{path}.tmp{os.getpid()}")
-      tmp.write_text(json.dumps(out))
-      tmp.rename(path)
+      storage.write_text(str(path), json.dumps(out))  # whole: a local rename, one upload in a bucket
     except OSError as e:  # a read-only data_dir: the baseline is still computed, just not kept
       print(f"note: cannot cache the unigram counts at {path}: {e}", flush=True)
   return {**out, "cached": False}

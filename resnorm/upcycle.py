@@ -16,12 +16,11 @@ fields (dtype, remat, kernels) and `init`, which only decides draws the source p
 refused with exit 2 and one line saying why, before the new workdir is touched.
 """
 import dataclasses
-import os
 
 import flax
 import jax
 
-from resnorm import ckpt, configlib, residual, runtime, workdir as wd
+from resnorm import ckpt, configlib, residual, runtime, storage, workdir as wd
 from resnorm.errors import InputError, check
 
 # (source, destination) variants whose function a fresh destination init preserves, and the destination settings
@@ -44,8 +43,10 @@ class Source:
 
 
 def has_checkpoint(workdir: str) -> bool:
-  path = os.path.join(workdir, "checkpoints")
-  return os.path.isdir(path) and any(name.isdigit() for name in os.listdir(path))
+  try:
+    return any(name.isdigit() for name in storage.listdir(storage.join(workdir, "checkpoints")))
+  except (FileNotFoundError, NotADirectoryError):
+    return False
 
 
 def _compare(src: dict, dst: dict, where: str, sections: bool) -> None:
@@ -87,12 +88,12 @@ def resolve(cfg) -> Source:
   """The checked source of `train.init_from` (exit 2 for a missing run, step or an unsafe transition)."""
   path, step = configlib.split_init_from(cfg.train.init_from)
   check(has_checkpoint(path), f"train.init_from={cfg.train.init_from!r}: {path!r} has no checkpoint")
-  reader = ckpt.Checkpointer(os.path.join(os.path.abspath(path), "checkpoints"), read_only=True)
+  reader = ckpt.Checkpointer(storage.join(storage.absolute(path), "checkpoints"), read_only=True)
   steps = reader.steps()
   step = steps[-1] if step is None else step
   check(step in steps, f"train.init_from={cfg.train.init_from!r}: no checkpoint at step {step}; available: "
         f"{', '.join(map(str, steps))}")
-  stored = reader.config(step) or wd.read_json(os.path.join(path, "config.json"), "train.init_from config")
+  stored = reader.config(step) or wd.read_json(storage.join(path, "config.json"), "train.init_from config")
   reader.close()
   src_cfg = configlib.from_json(stored)
   check_transition(configlib.to_json(src_cfg)["model"], cfg, f"{path} (step {step})")
@@ -105,7 +106,7 @@ def load(source: Source, s: runtime.Setup, fresh_state: dict) -> dict:
   src_cfg.mesh = s.cfg.mesh            # restore onto this run's devices
   src_cfg.train.batch_size = s.cfg.train.batch_size
   src = runtime.build(src_cfg)
-  reader = ckpt.Checkpointer(os.path.join(os.path.abspath(source.workdir), "checkpoints"), read_only=True)
+  reader = ckpt.Checkpointer(storage.join(storage.absolute(source.workdir), "checkpoints"), read_only=True)
   state, _ = reader.restore(source.step, src.abstract)
   reader.close()
   have = flax.traverse_util.flatten_dict(state["params"])

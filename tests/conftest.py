@@ -16,10 +16,13 @@ from configs import tiny as tiny_file  # noqa: E402
 
 
 def tiny_config(residual="pre_norm", num_layers=2, **over):
-  """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values."""
+  """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values, each a field of configs/base.py
+  (a misspelt key fails here, not silently in a test that never validates the config)."""
+  from resnorm import configkeys
   c = tiny_file.get_config(residual)
   c.model.num_layers = num_layers
   for key, val in over.items():
+    configkeys.check_dotted(key)
     node = c
     *path, last = key.split(".")
     for p in path:

@@ -324,8 +324,8 @@ def forward(params, cfg, tokens):
         state = fn(state, _Ctx(branch, nrm, res, offset + i + 1, cfg))
     offset += length
   assert offset == cfg["num_layers"]
-  y = state.sum(axis=2) if n else state
-  if final:
+  y = state.sum(axis=2) if n else state  # the n streams summed (HC Alg. 2, mHC): not their mean
+  if final and cfg["final_norm"]:         # model.final_norm=False: the ablation without it
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ emb.T if cfg["tie_embed"] else y @ p["head"]
   unused = sorted("/".join(k) for k in set(_leaf_paths(params)) - used)

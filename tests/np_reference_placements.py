@@ -57,21 +57,26 @@ def ngpt(h, c):
 
 
 def mhc_lite(x, c):
-  """mHC-lite: x <- H_res x + H_post^T F(N(H_pre x)); x' = vec(x) / rms(vec(x)) (eps mhc_lite.eps),
-  proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post = 2 sigmoid(...),
-  H_res = sum_k softmax(a_res proj_res + b_res)_k P_k with (P_k x)_i = x_{perm_k(i)}, perms in itertools order."""
+  """mHC-lite as the authors' code (FFTYYY/mhc-lite, hyper_conn/mhc_lite.py): x' = vec(x) / rms(vec(x)) (eps
+  mhc_lite.eps), proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post =
+  2 sigmoid(...), H = sum_k softmax(a_res proj_res + b_res)_k P_k with P_k = I[perm_k] (P_k[i, perm_k(i)] = 1,
+  perms in itertools order), and the residual mix out_t = sum_s H[s, t] x_s (their einsum '... s t, ... s d ->
+  ... t d'), written here as a loop over the permutations: out_t = sum_k w_k x_{perm_k^-1(t)}."""
   mc, r = c.cfg["mhc_lite"], c.res
   b, t, n, d = x.shape
   proj, h_pre, h_post = mhc_coefficients(x, r, float(mc["eps"]))
   z = r["a_res"] * proj[..., 2 * n:] + r["b_res"]
   w = np.exp(z - z.max(-1, keepdims=True))
   w = w / w.sum(-1, keepdims=True)
-  h_res = np.zeros((b, t, n, n))
+  mixed = np.zeros_like(x)
   for kk, perm in enumerate(itertools.permutations(range(n))):
-    for i in range(n):
-      h_res[:, :, i, perm[i]] += w[..., kk]
+    for s in range(n):
+      if mc.get("mix", "transpose") == "transpose":  # P_k[s, perm(s)] = 1: stream s goes to output perm(s)
+        mixed[:, :, perm[s]] += w[..., kk, None] * x[:, :, s]
+      else:                                          # resnorm before 2026-12-01: (H x)_s = sum_k w_k x_{perm_k(s)}
+        mixed[:, :, s] += w[..., kk, None] * x[:, :, perm[s]]
   y = c.f(c.n(np.einsum("btn,btnd->btd", h_pre, x)))
-  return np.einsum("btij,btjd->btid", h_res, x) + h_post[..., None] * y[:, :, None, :]
+  return mixed + h_post[..., None] * y[:, :, None, :]
 
 
 def dwa(outs, alpha, i, cfg):
@@ -83,12 +88,27 @@ def dwa(outs, alpha, i, cfg):
   return sum(alpha[j] * outs[j] for j in range(i + 1) if (i - j) % k == 0)
 
 
-def _qkv_hook(name, base, cfg):
-  """HybridNorm: N over each whole projection (H*K features), then RoPE. nGPT: q, k <- s_qk Norm(RoPE(.)) per head,
-  s_qk = param sqrt(D) s_qk_init, scores times sqrt(K)."""
+def hybrid_qkv_norm(x, p, cfg, form):
+  """HybridNorm's N_q / N_k / N_v on x [B, T, H, K]. `head` (the authors' code, BryceZhuo/HybridNorm
+  dense_model/olmo/model.py: a norm of size d_model // n_heads on [B, heads, T, head_dim]): each head normalized over
+  its K features on its own, one scale (and bias) of size K for all heads, written as a loop over the heads.
+  `all`: one norm over the H*K features of the token, a scale of size H*K."""
+  kind, eps = cfg["norm"], float(cfg["norm_eps"])
+  b, t, h, kd = x.shape
+  if form == "head":
+    assert p["scale"].shape == (kd,), f"per-head QKV norm: scale {p['scale'].shape}, the authors' is ({kd},)"
+    return np.stack([norm(x[:, :, j], p, kind, eps) for j in range(h)], axis=2)
+  assert form == "all", form
+  return norm(x.reshape(b, t, h * kd), p, kind, eps).reshape(x.shape)
+
+
+def _qkv_hook(name, base, cfg, hybrid_form=None):
+  """HybridNorm: N per head or over each whole projection (hybrid_qkv_norm), then RoPE; `hybrid_form` overrides
+  the config's `hybrid_norm.qkv_norm`. nGPT: q, k <- s_qk Norm(RoPE(.)) per head, s_qk = param sqrt(D) s_qk_init,
+  scores times sqrt(K)."""
   def nrm(x, which):
-    b, t, h, kd = x.shape
-    return norm(x.reshape(b, t, h * kd), base["qkv"][which], cfg["norm"], float(cfg["norm_eps"])).reshape(x.shape)
+    form = hybrid_form or cfg["hybrid_norm"]["qkv_norm"]
+    return hybrid_qkv_norm(x, base["qkv"][which], cfg, form)
 
   def hybrid_hook(q, k, v, rot):
     return rot(nrm(q, "q_norm")), rot(nrm(k, "k_norm")), nrm(v, "v_norm"), q.shape[-1] ** -0.5
@@ -108,8 +128,9 @@ def _segments(name, cfg):
   return (("blocks", L, fn),)
 
 
-def forward(params, cfg, tokens):
-  """Logits [B, T, V] (float64); cfg: the model config (dict-like). Raises UnusedParams for an unread leaf."""
+def forward(params, cfg, tokens, hybrid_form=None):
+  """Logits [B, T, V] (float64); cfg: the model config (dict-like). Raises UnusedParams for an unread leaf.
+  `hybrid_form`: HybridNorm's QKV norm form ("head" or "all") whatever the config says."""
   name, used = cfg["residual"], set()
   p = _View(params, used)
   kind, eps = cfg["norm"], float(cfg["norm_eps"])
@@ -129,7 +150,7 @@ def forward(params, cfg, tokens):
       for kind_name in ("attn", "mlp"):
         base = lp[kind_name]
         if kind_name == "attn":
-          f = lambda h, base=base: attention(h, base, cfg, _qkv_hook(name, base, cfg))
+          f = lambda h, base=base: attention(h, base, cfg, _qkv_hook(name, base, cfg, hybrid_form))
         else:
           hidden = None
           if name == "ngpt":  # s_v sqrt(D) on x W_i (param * s_v_init: scale 1)

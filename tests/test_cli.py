@@ -56,6 +56,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   # eval uses the checkpoint's own config, whatever the current config files say
   r = run("eval.py", f"--workdir={wd}", "--step=2")
   assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stderr == "" and r.stdout.startswith("eval_loss ")  # no library notice (Orbax's 'read only=DIR')
   out = json.load(open(os.path.join(wd, "eval", "step_2.json")))
   assert out["residual"] == "mhc" and out["num_layers"] == 2 and out["step"] == 2
   assert out["eval_loss"] > 0 and out["bits_per_byte"] == pytest.approx(out["eval_loss"] / 0.6931471805599453)
@@ -64,6 +65,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   # generation from the checkpoint: printed, appended with its settings; an over-long prompt is refused
   r = run("eval.py", f"--workdir={wd}", "--generate=def ", "--max_new_tokens=5", "--num_samples=2")
   assert r.returncode == 0 and r.stdout.count("--- sample") == 2, r.stderr[-2000:]
+  assert r.stderr == ""
   rows = [json.loads(l) for l in open(os.path.join(wd, "eval", "samples_step_4.jsonl"))]
   assert [(x["prompt"], x["index"], x["temperature"], x["max_new_tokens"]) for x in rows] == [
       ("def ", 0, 0.0, 5), ("def ", 1, 0.0, 5)]
@@ -104,6 +106,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
   assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
   assert msg in r.stderr and "Traceback" not in r.stderr
   assert len([l for l in r.stderr.splitlines() if l.startswith("error:")]) == 1
+  assert not wd.exists()
+
+
+def test_a_config_file_that_sets_an_unknown_key_is_refused(tmp_path):
+  """A key configs/base.py does not define, set by a config file (not an override): exit 2 naming it."""
+  cfg = tmp_path / "stale.py"
+  cfg.write_text("from configs import tiny\n\ndef get_config(arg=None):\n  c = tiny.get_config('mhc')\n"
+                 "  c.model.mhc.sym_break = 'onehot'\n  return c\n")
+  wd = tmp_path / "wd"
+  r = run("train.py", f"--config={cfg}", f"--workdir={wd}")
+  assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+  assert r.stderr.strip().splitlines() == [
+      "error: unknown config key 'model.mhc.sym_break': configs/base.py does not define it"]
   assert not wd.exists()
 
 

@@ -1,8 +1,11 @@
-"""Config checks in-process (each README bad input -> InputError naming the field) and checkpoint compatibility,
+"""Config checks in-process (each documented bad input -> InputError naming it) and checkpoint compatibility,
 nested variant settings included. No subprocess: test_cli and test_reliability run the same checks end to end."""
+import os
+import re
+
 import pytest
 
-from conftest import tiny_config
+from conftest import ROOT, tiny_config
 from resnorm import configlib, runtime
 from resnorm.errors import InputError
 
@@ -35,6 +38,7 @@ BAD = [
     ("mhc", {"model.mhc.sinkhorn_iters": 0}, "model.mhc.sinkhorn_iters=0"),
     ("mhc", {"model.mhc.init": "random"}, "model.mhc.init='random'"),
     ("mix_ln", {"model.mix_ln.post_fraction": 1.5}, "model.mix_ln.post_fraction=1.5"),
+    ("hybrid_norm", {"model.hybrid_norm.qkv_norm": "token"}, "model.hybrid_norm.qkv_norm='token' is unknown; known: head, all"),
     ("deepnorm", {"model.init": "gpt2"}, "model.init='gpt2'"),
     ("ln_scaling", {"model.init": "gpt2"}, "model.init='gpt2'"),
 ]
@@ -86,6 +90,7 @@ REFUSED = [
     ("mix_ln", "model.mix_ln.post_fraction", 0.5),
     ("rezero", "model.rezero.alpha_init", 0.5),
     ("rezero", "model.rezero.share_gate", True),
+    ("hybrid_norm", "model.hybrid_norm.qkv_norm", "all"),
 ]
 
 
@@ -123,7 +128,33 @@ def test_fields_added_later_default_to_what_old_runs_computed():
     configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.final_norm": False}), "runs/x")
 
 
-# The README's Reliability section, written out: what a resume may change and what it may not.
+def test_hybrid_norm_runs_stored_before_per_head_qkv_norms_are_the_all_features_form():
+  """A HybridNorm config stored before `hybrid_norm.qkv_norm` existed ran the H*K form: eval reads it so, and the
+  per-head default refuses its checkpoint naming both forms."""
+  stored = _stored(tiny_config("hybrid_norm"))
+  del stored["model"]["hybrid_norm"]["qkv_norm"]
+  assert configlib.from_json(stored).model.hybrid_norm.qkv_norm == "all"
+  configlib.check_compatible(stored, tiny_config("hybrid_norm", **{"model.hybrid_norm.qkv_norm": "all"}), "runs/x")
+  with pytest.raises(InputError, match="model.hybrid_norm.qkv_norm='all' but the config asks for "
+                                       "model.hybrid_norm.qkv_norm='head'"):
+    configlib.check_compatible(stored, tiny_config("hybrid_norm"), "runs/x")
+
+
+def test_mhc_lite_runs_stored_before_the_authors_mix_keep_their_own():
+  """An mHC-lite config stored before `mhc_lite.mix` existed mixed with H_res x: eval reads it so, and the authors'
+  H_res^T x (the default now) refuses its checkpoint naming both; an unknown mix is refused."""
+  stored = _stored(tiny_config("mhc_lite"))
+  del stored["model"]["mhc_lite"]["mix"]
+  assert configlib.from_json(stored).model.mhc_lite.mix == "direct"
+  configlib.check_compatible(stored, tiny_config("mhc_lite", **{"model.mhc_lite.mix": "direct"}), "runs/x")
+  with pytest.raises(InputError, match="model.mhc_lite.mix='direct' but the config asks for "
+                                       "model.mhc_lite.mix='transpose'"):
+    configlib.check_compatible(stored, tiny_config("mhc_lite"), "runs/x")
+  with pytest.raises(InputError, match="model.mhc_lite.mix='both' is unknown"):
+    configlib.validate(tiny_config("mhc_lite", **{"model.mhc_lite.mix": "both"}))
+
+
+# docs/reliability.md (Config changes on resume), written out: what a resume may change and what it may not.
 TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
               "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,
               "train.eps": 1e-6, "train.weight_decay": 0.2, "train.grad_clip": 0.5, "seed": 7,
@@ -140,3 +171,85 @@ def test_config_changes_classify_each_field_as_the_readme_says(field, value):
   changes = configlib.config_changes(configlib.to_json(base), other)
   want = "steps" if field == "train.steps" else "harmless" if field in HARMLESS else "trajectory"
   assert [(c["field"], c["kind"]) for c in changes] == [(field, want)]
+
+
+# ---- keys configs/base.py does not define ------------------------------------------------------------------------
+
+def _with(cfg, dotted, val):
+  node = cfg
+  *path, last = dotted.split(".")
+  for p in path:
+    node = node[p]
+  node[last] = val
+  return cfg
+
+
+# A stale or misspelled key, set in code as a config file or a test does: at the top, in a section, in a variant's
+# nested section, and a whole new section. Each is named, dotted, in the error.
+UNKNOWN = [("seeds", 1), ("model.nope", 1), ("model.mhc.sym_break", "onehot"), ("model.hybridnorm.x", 1),
+           ("train.lr_decay", 0.5), ("data.paths_glob", "*")]
+
+
+@pytest.mark.parametrize("key,val", UNKNOWN, ids=[k for k, _ in UNKNOWN])
+def test_a_key_base_does_not_define_is_refused_naming_it(key, val):
+  import ml_collections
+  cfg = tiny_config("mhc")
+  if key == "model.hybridnorm.x":  # a new section: the section itself is the unknown key
+    cfg.model.hybridnorm = ml_collections.ConfigDict({"x": val})
+    key = "model.hybridnorm"
+  else:
+    _with(cfg, key, val)
+  with pytest.raises(InputError, match=rf"^unknown config key '{re.escape(key)}': configs/base.py does not define"):
+    configlib.validate(cfg)
+
+
+def test_a_section_set_to_a_value_is_refused():
+  stored = _stored(tiny_config("hc"))  # ConfigDict refuses the type change in code; a JSON config does not
+  stored["model"]["hc"] = 4
+  cfg = configlib.from_json(stored)
+  with pytest.raises(InputError, match=r"config key 'model.hc' is a section in configs/base.py"):
+    configlib.validate(cfg)
+
+
+def test_every_config_file_and_scale_validates():
+  """No false refusals: every experiment file at both scales (tiny at several variants) and configs/peer.py."""
+  import glob
+  import importlib
+  names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "configs", "*.py")))
+  names = [n for n in names if n not in ("__init__", "base")]
+  assert len(names) >= 24, names
+  for name in names:
+    mod = importlib.import_module(f"configs.{name}")
+    for arg in (("pre_norm", "hc", "mhc_lite") if name == "tiny" else (None, "tpu")):
+      configlib.validate(mod.get_config(arg))
+
+
+def test_sweep_files_load_and_an_unknown_override_is_refused(tmp_path, monkeypatch):
+  from resnorm.tools import sweep
+  monkeypatch.setenv("RESNORM_SMOKE_DATA", "x.txt")
+  for path in sorted(glob_sweeps()):
+    assert sweep.load_points(path)  # every override of every point is a known key
+  bad = tmp_path / "bad.py"
+  bad.write_text("def sweep(add):\n  add(config='configs/tiny.py', **{'train.lr': 1e-3})\n"
+                 "  add(config='configs/tiny.py', **{'model.mhc.sym_break': 'onehot'})\n")
+  with pytest.raises(InputError, match=r"bad.py: unknown config key 'model.mhc.sym_break'"):
+    sweep.load_points(str(bad))
+  bad.write_text("def sweep(add):\n  add(config='configs/tiny.py', **{'model.hc': 2})\n")
+  with pytest.raises(InputError, match=r"config key 'model.hc' is a section"):
+    sweep.load_points(str(bad))
+
+
+def glob_sweeps():
+  import glob
+  return [p for p in glob.glob(os.path.join(ROOT, "configs", "sweeps", "*.py")) if not p.endswith("__init__.py")]
+
+
+def test_a_stored_config_keeps_unknown_keys_for_validate_but_drops_retired_runtime_ones():
+  stored = _stored(tiny_config("mhc"))
+  stored["model"]["attention"] = "einsum"  # the old name of model.kernels: runtime only
+  cfg = configlib.from_json(stored)
+  assert "attention" not in cfg.model
+  configlib.validate(cfg)
+  stored["model"]["mhc"]["sym_break"] = "onehot"  # a retired setting that changed the model: refused
+  with pytest.raises(InputError, match="unknown config key 'model.mhc.sym_break'"):
+    configlib.validate(configlib.from_json(stored))

@@ -2,6 +2,7 @@
 reduced `:tpu` config trained on CPU from such shards."""
 import json
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -136,3 +137,45 @@ def test_reduced_tpu_config_trains_on_cpu(tmp_path, shards):
   losses = [json.loads(l)["loss"] for l in open(wd / "metrics.jsonl") if '"loss"' in l]
   assert len(losses) == 3 and all(np.isfinite(losses)) and losses[0] > 4.0
   assert json.load(open(wd / "summary.json"))["status"] == "completed"
+
+
+def _damage_row_group(src, dst, group, column="text"):
+  """`src` with the bytes of one row group's column chunk scrambled; the footer (schema, row counts) stays valid."""
+  import pyarrow.parquet as pq
+  meta = pq.ParquetFile(src).metadata
+  col = meta.row_group(group).column(meta.schema.names.index(column))
+  start = col.dictionary_page_offset or col.data_page_offset
+  raw = bytearray(open(src, "rb").read())
+  raw[start:start + col.total_compressed_size] = np.random.default_rng(0).bytes(col.total_compressed_size)
+  open(dst, "wb").write(bytes(raw))
+
+
+CORRUPT = ["random bytes named .parquet", "a damaged second row group", "random bytes named .jsonl.gz"]
+
+
+@pytest.mark.parametrize("kind", CORRUPT)
+def test_a_corrupt_shard_is_named_up_front_and_mid_run(shards, tmp_path, kind):
+  # a good shard of the same format: part-000.parquet (90 documents, 3 row groups of 30), part-001.jsonl.gz (80)
+  suffix, good, docs = ((".jsonl.gz", "part-001.jsonl.gz", shards[1][90:170]) if "jsonl" in kind
+                        else (".parquet", "part-000.parquet", shards[1][:90]))
+  good = os.path.join(shards[0], good)
+  bad = tmp_path / f"b{suffix}"
+  if "row group" in kind:
+    _damage_row_group(good, bad, 1)
+    before = _expected(shards[1][:30], "train")  # row group 0 is read before the damaged one
+  else:
+    bad.write_bytes(np.random.default_rng(1).bytes(3000))
+    before = []
+  msg = rf"^data.paths: cannot read '{re.escape(str(bad))}': \S"
+  # up front: the first record of the first shard of its format is read before anything runs
+  with pytest.raises(InputError, match=msg):
+    data.eval_batches(_cfg(str(bad)))
+  # mid-run: the good shard first (it passes the up-front check), then the corrupt one, met while iterating
+  os.symlink(good, tmp_path / f"a{suffix}")
+  cfg = _cfg(f"{tmp_path}/a{suffix},{bad}")
+  it = iter(files.documents(cfg.data, "train", seed=0, shuffle=False))
+  got = []
+  with pytest.raises(InputError, match=msg):
+    while True:
+      got.append(bytes(next(it)).decode())
+  assert got == _expected(docs, "train") + before

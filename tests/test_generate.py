@@ -84,3 +84,39 @@ def test_top_k_and_greedy_sampling_rules():
     share = float(jnp.mean(generate.sample(jnp.repeat(logits, n, axis=0), jax.random.key(2), t, 2) == 66))
     p = 1.0 / (1.0 + np.exp(1.0 / t))
     assert abs(share - p) < 4 * np.sqrt(p * (1 - p) / n), (t, share, p)
+
+
+# The flags' ranges: 257 tokens can be sampled (256 bytes + BOS, counted by hand), seeds are 64-bit.
+BAD_SETTINGS = [({"top_k": 1000}, r"--top_k=1000 must be in \[0, 257\]"),
+                ({"top_k": 258}, r"--top_k=258 must be in \[0, 257\]"),
+                ({"top_k": -1}, r"--top_k=-1 must be in \[0, 257\]"),
+                ({"temperature": -0.5}, r"--temperature=-0.5 must be a finite number >= 0"),
+                ({"temperature": float("nan")}, r"--temperature=nan must be a finite number"),
+                ({"temperature": float("inf")}, r"--temperature=inf must be a finite number"),
+                ({"num_samples": 0}, r"--num_samples=0 must be >= 1"),
+                ({"seed": 2**63}, r"--seed=9223372036854775808 must be in \[-2\*\*63, 2\*\*63 - 1\]")]
+
+
+@pytest.mark.parametrize("over,msg", BAD_SETTINGS, ids=[m.split(" ")[0] for _, m in BAD_SETTINGS])
+def test_sampling_flags_out_of_range_are_refused_with_the_range(over, msg):
+  settings = {"temperature": 1.0, "top_k": 0, "num_samples": 1, "seed": 0, **over}
+  with pytest.raises(InputError, match=f"^{msg}"):
+    generate.check_settings(**settings)
+
+
+def test_the_largest_top_k_allowed_samples_as_top_k_0():
+  for top_k, seed in ((257, 2**63 - 1), (0, -2**63), (1, 0)):
+    generate.check_settings(1.0, top_k, 1, seed)
+  logits = jax.random.normal(jax.random.key(3), (64, 320))
+  keys = jax.random.split(jax.random.key(4), 5)
+  for k in keys:  # 257 keeps every sampleable token: the same draws as no restriction
+    np.testing.assert_array_equal(generate.sample(logits, k, 1.0, 257), generate.sample(logits, k, 1.0, 0))
+
+
+def test_eval_generate_top_k_past_the_vocabulary_is_one_line_and_exit_2(tmp_path):
+  from test_cli import run
+  r = run("eval.py", f"--workdir={tmp_path}", "--generate=def ", "--temperature=1", "--top_k=1000")
+  assert r.returncode == 2, (r.returncode, r.stderr[-1500:])
+  assert r.stderr.strip().splitlines() == [
+      "error: --top_k=1000 must be in [0, 257]: 0 samples among all 257 tokens a model can generate "
+      "(the 256 bytes and BOS)"]

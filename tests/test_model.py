@@ -146,3 +146,23 @@ def test_unknown_residual_lists_known_names():
     _init(tiny_config("nope"))
 
 
+
+
+@pytest.mark.parametrize("init,resid_std,other_std", [
+    ("gpt2", 0.02 / 4.0, 0.02),    # L = 8: residual-output projections (attention o, MLP wo) at 0.02 / sqrt(2L)
+    ("normal", 0.02, 0.02),        # no depth scaling
+])
+def test_gpt2_init_scales_residual_outputs_by_one_over_sqrt_2L(init, resid_std, other_std):
+  """`model.init=gpt2` (Radford et al. 2019) built at 8 layers: the std of attention o and MLP wo is 0.02 / 4 (hand
+  value of 0.02 / sqrt(2 * 8)), every other matrix and the embedding 0.02. Sample stds over >= 8k draws each, to 4%
+  (1/sqrt(L) would give 0.0071, 1/(2L) 0.00125)."""
+  cfg = tiny_config("pre_norm", 8, **{"model.init": init})
+  params = flax.linen.unbox(LM(configlib.model_config(cfg)).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+  p = params["params"]
+  stds = {"o": p["blocks"]["attn"]["o"], "wo": p["blocks"]["mlp"]["wo"], "q": p["blocks"]["attn"]["q"],
+          "v": p["blocks"]["attn"]["v"], "wi": p["blocks"]["mlp"]["wi"], "embed": p["embed"], "head": p["head"]}
+  for name, a in stds.items():
+    a = np.asarray(a, np.float64)
+    assert a.size >= 8000, name
+    want = resid_std if name in ("o", "wo") else other_std
+    assert abs(a.mean()) < 0.1 * want and a.std() == pytest.approx(want, rel=0.04), (name, a.std(), want)

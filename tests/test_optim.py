@@ -11,7 +11,7 @@ from resnorm import configlib, optim
 
 
 def _np_schedule(name, lr, warm, total, ratio):
-  """The README's schedules written out: linear warmup 0 -> lr over `warm` steps, then the decay over the rest."""
+  """The documented schedules written out: linear warmup 0 -> lr over `warm` steps, then the decay over the rest."""
   out = []
   for s in range(total + 1):
     if s < warm:
@@ -92,7 +92,7 @@ def test_ngpt_weights_stay_unit_norm_after_a_step():
       np.testing.assert_allclose(w, flat_adam[path], rtol=1e-6, err_msg=str(path))
 
 
-# Leaf names that get weight decay, per variant, written from the README ("weight matrices (q, k, v, o, MLP, head)
+# Leaf names that get weight decay, per variant, written from docs/usage.md ("weight matrices (q, k, v, o, MLP, head)
 # and a variant's declared dynamic weights (HC's W, mHC's phi); never norms, gates, static HC matrices, or the
 # embedding").
 MATRICES = {"q", "k", "v", "o", "wi", "wo", "head"}

@@ -38,6 +38,8 @@ LOGIT_TOL, LOSS_TOL, GRAD_RTOL, GRAD_ATOL, GRAD_FLOOR = 1e-4, 1e-5, 2e-3, 1e-3, 
 
 # Per variant: (case id, num_layers, config overrides). Between them: rope and learned positions, layernorm and
 # rmsnorm, a tied head, HC dynamic and static at n = 1, 2, 4 (and without tanh), mHC at 2 and 20 iterations.
+# `nofinal` (model.final_norm=False): the multi-stream variants' sum over the streams reaches the head unnormalized,
+# so a mean in its place (which the final norm would cancel) is seen.
 CASES = {
     "post_norm": [("learned-ln", 2, {"model.pos": "learned"})],
     "pre_norm": [("rope-rms-tied", 2, {"model.norm": "rmsnorm", "model.tie_embed": True})],
@@ -50,20 +52,26 @@ CASES = {
            ("static-n4-rms-learned", 2, {"model.hc.n": 4, "model.hc.dynamic": False, "model.norm": "rmsnorm",
                                          "model.pos": "learned"}),
            ("dyn-n1-rms", 2, {"model.hc.n": 1, "model.norm": "rmsnorm"}),
-           ("dyn-notanh-n2", 2, {"model.hc.n": 2, "model.hc.tanh": False})],
+           ("dyn-notanh-n2-nofinal", 2, {"model.hc.n": 2, "model.hc.tanh": False, "model.final_norm": False})],
     # it2: few iterations, so the column / row order of the Sinkhorn shows in the logits. small-embed: a stream RMS
     # of ~1e-3, where the coefficient RMSNorm's eps (mhc.eps = 1e-20, not norm_eps) matters.
     "mhc": [("n4-it2-ln", 2, {"model.mhc.n": 4, "model.mhc.sinkhorn_iters": 2}),
-            ("n3-it20-rms-learned-small-embed", 2, {"model.mhc.n": 3, "model.mhc.sinkhorn_iters": 20,
-                                                    "model.norm": "rmsnorm", "model.pos": "learned",
-                                                    "_shrink": ("embed", "pos_embed")})],
+            ("n3-it20-rms-learned-small-embed-nofinal", 2, {"model.mhc.n": 3, "model.mhc.sinkhorn_iters": 20,
+                                                            "model.norm": "rmsnorm", "model.pos": "learned",
+                                                            "model.final_norm": False,
+                                                            "_shrink": ("embed", "pos_embed")})],
     # the placements of tests/np_reference_placements.py; HybridNorm* exercises both of its segments
     "admin": [("rms-learned-3l", 3, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "resi_dual": [("rope-ln", 2, {})],
-    "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"})],
+    "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"}),
+                    ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"})],
     "denseformer": [("dense-3l", 3, {})],
     "ngpt": [("rope", 2, {})],
-    "mhc_lite": [("n4-learned", 2, {"model.pos": "learned"})],
+    # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
+    # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
+    "mhc_lite": [("n4-learned-nofinal", 2, {"model.pos": "learned", "model.final_norm": False,
+                                            "_redraw": {"b_res": 3.0}}),
+                 ("n3-direct", 2, {"model.mhc_lite.n": 3, "model.mhc_lite.mix": "direct", "_redraw": {"b_res": 3.0}})],
 }
 # A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked.
 PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
@@ -71,13 +79,16 @@ PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
 
 # Matrices get noise relative to their size (zero-initialized ones: as if of unit-RMS inputs, 0.5 / sqrt(D));
 # mHC's b_res N(0, 1), so the Sinkhorn is far from converged after a few iterations; every other leaf (norm scales
-# and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3.
+# and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3;
+# `redraw` {name: std}: leaves replaced by N(0, std^2).
 WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta"}
 
 
-def _perturb(params, d_model, rng, shrink=()):
+def _perturb(params, d_model, rng, shrink=(), redraw=None):
   def noise(path, a):
     a, name = np.asarray(a, np.float64), path[-1].key
+    if name in (redraw or {}):
+      return (redraw[name] * rng.standard_normal(a.shape)).astype(np.float32)
     if name in WEIGHTS:
       rms = float(np.sqrt(np.mean(a ** 2)))
       std = 0.5 * rms if rms > 0 else 0.5 / np.sqrt(d_model)
@@ -103,12 +114,12 @@ def _case(name, cid):
   """(mcfg, perturbed params as float64, batch, model logits, model loss, model grads), one compile per case."""
   assert cid is not None, f"variant {name!r} has no case in tests/test_reference.py CASES"
   layers, over = next((l, o) for c, l, o in CASES[name] if c == cid)
-  shrink = over.get("_shrink", ())
+  shrink, redraw = over.get("_shrink", ()), over.get("_redraw")
   mcfg = configlib.model_config(tiny_config(name, layers, **{k: v for k, v in over.items() if k[0] != "_"}))
   rng = np.random.default_rng(zlib.crc32(f"{name}-{cid}".encode()))
   batch = _batch(rng)
   params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), batch["inputs"][:1])["params"])
-  params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink)
+  params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink, redraw)
   loss_fn = step.make_loss_fn(mcfg)
 
   @jax.jit
@@ -216,3 +227,19 @@ def test_admin_profiled_omegas_match_the_reference_pass_and_are_deterministic():
   assert want[0, 0] == 1.0 and np.all(np.diff(want.reshape(-1)) > 0)  # the variance accumulates with depth
   np.testing.assert_array_equal(jax.device_get(init(jax.random.key(3))["blocks"]["mlp_res"]["omega"]),
                                 params["blocks"]["mlp_res"]["omega"])
+
+
+def test_hybrid_norm_default_is_the_authors_per_head_qkv_norm():
+  """The default config's QKV norms are the authors' (BryceZhuo/HybridNorm): per head, one affine of size K shared
+  by the heads, before RoPE. The reference is told the form, so a default that drifts from it fails here even when
+  the config's own form is right."""
+  import np_reference_placements
+  mcfg, params, batch, logits, _, _ = _case("hybrid_norm", "star-rms-3l")
+  assert "model.hybrid_norm.qkv_norm" not in CASES["hybrid_norm"][0][2]
+  want = np_reference_placements.forward(params, mcfg, batch["inputs"], hybrid_form="head")
+  np.testing.assert_allclose(logits, want, rtol=0, atol=LOGIT_TOL * np.abs(want).max())
+  # the other form at the same params (scales of size K tiled over the heads) is far off: the test can tell them apart
+  tiled = jax.tree_util.tree_map_with_path(
+      lambda path, a: np.tile(a, mcfg.num_heads) if "qkv" in str(path) else a, params)
+  other = np_reference_placements.forward(tiled, mcfg, batch["inputs"], hybrid_form="all")
+  assert np.abs(other - want).max() > 100 * LOGIT_TOL * np.abs(want).max()

@@ -109,6 +109,30 @@ def test_hc_expand_reduce_on_identity_mixing():
   np.testing.assert_allclose(taps["mix"][0, 0], np.eye(4))
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_hc_mix_tap_is_the_matrix_that_moved_the_streams(dynamic):
+  """At a non-symmetric A_r (and, for DHC, non-zero W_alpha) and a branch that outputs 0, the streams' update is
+  H' = A_r^T H alone: the `mix` tap (the per-token H_res, acting from the left, that the gains are built from) must
+  reproduce it, and for SHC equal A_r^T read off the params."""
+  from resnorm.residual.hyper import HyperConnection
+  n = 3
+  cfg = configlib.model_config(tiny_config("hc", 1, **{"model.hc.dynamic": dynamic, "model.hc.n": n}))
+  rng = np.random.default_rng(0)
+  h = jnp.asarray(rng.standard_normal((2, 5, n, 32)), jnp.float32)
+  branch = lambda u: 0.0 * u
+  params = jax.tree.map(lambda a: a + 0.5 * jnp.asarray(rng.standard_normal(a.shape), jnp.float32),
+                        HyperConnection(cfg).init(jax.random.key(1), h, branch, lambda u: u, 0, 0))
+  a_r = np.array([[0.9, 0.6, 0.0], [0.0, 1.1, -0.4], [0.3, 0.0, 0.8]])  # far from symmetric
+  params["params"]["static_alpha"] = params["params"]["static_alpha"].at[:, 1:].set(a_r)
+  out, taps = HyperConnection(cfg).apply(params, h, branch, lambda u: u, 0, 0)
+  mix = np.asarray(taps["mix"], np.float64)
+  assert mix.shape == (2, 5, n, n)
+  np.testing.assert_allclose(np.einsum("btij,btjd->btid", mix, np.asarray(h, np.float64)), out, rtol=1e-5,
+                             atol=1e-5)
+  if not dynamic:
+    np.testing.assert_allclose(mix, np.broadcast_to(a_r.T, mix.shape), rtol=1e-6)
+
+
 def test_deepnorm_constants_at_48_layers():
   alpha, beta = deepnorm_alpha_beta(48)
   assert round(alpha, 2) == 3.13 and round(beta, 2) == 0.23
@@ -208,7 +232,8 @@ def test_weight_decay_mask_exempts_static_hc_and_norms():
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_param_count_formula_matches_tree(name):
-  for over in ({}, {"model.norm": "rmsnorm", "model.hc.dynamic": False, "model.tie_embed": True}):
+  for over in ({}, {"model.norm": "rmsnorm", "model.hc.dynamic": False, "model.tie_embed": True,
+                   "model.hybrid_norm.qkv_norm": "all", "model.hybrid_norm.first_pre_norm": True}):
     cfg = tiny_config(name, 4, **over)
     params = param_shapes(cfg)
     assert flops.param_count(configlib.model_config(cfg)) == sum(x.size for x in jax.tree.leaves(params))

@@ -88,7 +88,7 @@ def _mesh_specs(cfg):
 
 def test_rules_place_params_and_batch_as_the_readme_says():
   """Params FSDP-sharded on their embed axis; heads, MLP and vocab on tensor; the batch on (data, fsdp); the
-  layers axis, norms and RoPE-free kv never sharded. Written from the README, not read from the rules."""
+  layers axis, norms and RoPE-free kv never sharded. Written from docs/scaling.md, not read from the rules."""
   from conftest import tiny_config
   got = _mesh_specs(tiny_config("hc", 2, **{"model.pos": "learned"}))
   want = {

@@ -11,7 +11,7 @@ from conftest import short_config, tiny_config
 from resnorm import configlib, data, optim, runtime, step
 from resnorm.model import LM
 
-# Hand-written, not read from optim: the README's list of decayed weights, plus HC's dynamic W.
+# Hand-written, not read from optim: the list of decayed weights in docs/usage.md (Optimizer), plus HC's dynamic W.
 DECAYED = {"q", "k", "v", "o", "wi", "wo", "head", "w_alpha", "w_beta"}
 TRAIN = {"train.grad_clip": 0.05, "train.eps": 1e-3, "train.weight_decay": 0.1, "train.lr": 1e-2,
          "train.warmup_steps": 0, "train.steps": 10, "train.schedule": "cosine", "train.min_lr_ratio": 0.1,

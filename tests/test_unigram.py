@@ -132,3 +132,37 @@ def test_tensorboard_scalar_tags_do_not_grow_with_depth(runs):
   assert set(tags[2]["scalars"]) == set(tags[6]["scalars"]) and len(tags[6]["scalars"]) <= 16, tags[6]["scalars"]
   assert {"unigram_eval_loss", "eval_loss", "diag/grad_ratio_last_first"} <= set(tags[6]["scalars"])
   assert {"depth/grad_norm", "depth/act_rms", "depth/update_ratio", "depth/cosine"} == set(tags[6]["images"])
+
+
+def test_neg_log_probs_by_hand_with_as_many_documents_as_bytes():
+  """Add-one smoothing written out by hand on a count where BOS (one per document) is as frequent as the bytes, so
+  a BOS count off by one, doubled or left out moves its -ln p by 0.18 to 1.6 nats (and every byte's by 4e-3 to
+  2e-2) against a 1e-12 tolerance."""
+  counts = np.zeros(256, np.int64)
+  counts[ord("a")], counts[ord("b")] = 3, 1
+  c = {"byte_counts": counts.tolist(), "documents": 4, "bytes": 4}
+  packed = unigram.neg_log_probs(c, pack=True, vocab_size=data.PAD + 1)
+  assert packed.shape == (258,) and data.BOS == 256 and data.PAD == 257
+  z = 4 + 4 + 257                                   # 4 bytes, 4 BOS, 257 symbols with one each added
+  want = {ord("a"): 4 / z, ord("b"): 2 / z, ord("c"): 1 / z, 0: 1 / z, 255: 1 / z, data.BOS: 5 / z}
+  for sym, p in want.items():
+    assert packed[sym] == pytest.approx(-np.log(p), rel=1e-12, abs=0), sym
+  assert packed[data.PAD] == 0.0                    # never a target
+  cropped = unigram.neg_log_probs(c, pack=False, vocab_size=data.PAD + 1)
+  z = 4 + 256                                       # no BOS target without packing: 256 symbols
+  assert cropped[ord("a")] == pytest.approx(-np.log(4 / z), rel=1e-12) and cropped[data.BOS] == 0.0
+  assert cropped[ord("c")] == pytest.approx(-np.log(1 / z), rel=1e-12)
+
+
+@pytest.mark.parametrize("eval_loss,want", [
+    (3.0 - unigram.MARGIN - 1e-3, True),    # just past the margin below the unigram
+    (3.0 - unigram.MARGIN + 1e-3, False),   # below the unigram, but not by the margin
+    (3.0 + unigram.MARGIN - 1e-3, False),   # within a margin above it (a sign flip of the margin says True)
+    (3.0, False),
+    (float("nan"), False),
+    (None, None),
+])
+def test_learned_beyond_unigram_at_the_margin(eval_loss, want):
+  """MARGIN = 0.1 nats/byte below a 3.0 unigram loss: 2.899 learned beyond it, 2.901 and 3.099 did not."""
+  assert unigram.MARGIN == 0.1
+  assert unigram.learned_beyond(eval_loss, 3.0) is want

@@ -4,9 +4,13 @@ and Post-Norm on the FFN, per block
     Y  = X + Attn(N_q(X W_q), N_k(X W_k), N_v(X W_v))      no pre-norm on attention
     X' = N(Y) + FFN(N(Y))                                  the FFN's residual starts after its norm
 
-then a final norm before the head. N_q, N_k, N_v (params `attn/qkv/{q,k,v}_norm`) normalize each projection over
-all its H*K features before RoPE, as the authors' OLMo-based code (`use_{query,key,value}_norm`) does; N is the MLP
-sublayer's own norm and the attention sublayer's own norm is unused.
+then a final norm before the head. N_q, N_k, N_v (params `attn/qkv/{q,k,v}_norm`) act before RoPE. With
+`model.hybrid_norm.qkv_norm=head` (the default) each normalizes every head's K features on its own, with one affine
+of size K shared by the heads: the authors' OLMo-based code (`dense_model/olmo/model.py`, `use_{query,key,value}_norm`)
+builds q_norm, k_norm, v_norm with size d_model // n_heads and applies them to the [B, heads, T, head_dim] tensors.
+`qkv_norm=all` normalizes each projection over all its H*K features with an affine of size H*K (resnorm's form before
+2026-12-01; at the init of configs/hybrid_norm_12l.py:cpu the two forms' logits differ by up to 1.3, mean 0.27,
+against a logit std of 0.58). N is the MLP sublayer's own norm and the attention sublayer's own norm is unused.
 
 HybridNorm* (`model.hybrid_norm.first_pre_norm`, the authors' `norm_pos_special_config` for block 0): the first
 block is Pre-Norm in both sublayers, Y = X + Attn_QKV(N(X)) (QKV norms kept), X' = Y + FFN(N(Y)); it is a
@@ -14,21 +18,29 @@ separate one-layer scanned segment `blocks_first`, the others are `blocks`.
 """
 import flax.linen as nn
 
+from resnorm.errors import check
+from resnorm.errors import check
 from resnorm.norms import make_norm
 from resnorm.residual.base import Variant, register
 from resnorm.residual.classic import PreNorm
 
 
+QKV_NORMS = ("head", "all")
+
+
 class QKVNorm(nn.Module):
-  """The attention hook (resnorm.residual.base): N(q), N(k), N(v) over H*K features, then RoPE on q and k."""
+  """The attention hook (resnorm.residual.base): N(q), N(k), N(v) per head (over K, `qkv_norm=head`) or over all
+  H*K features (`all`), then RoPE on q and k."""
   cfg: object
 
   @nn.compact
-  def __call__(self, q, k, v, rope):
+  def __call__(self, q_BTHK, k_BTHK, v_BTHK, rope):
     def nrm(name, x):
+      if self.cfg.hybrid_norm.qkv_norm == "head":
+        return make_norm(self.cfg, name)(x)  # the last axis is K: one affine of size K for every head
       b, t, h, kd = x.shape
       return make_norm(self.cfg, name)(x.reshape(b, t, h * kd)).reshape(x.shape)
-    return rope(nrm("q_norm", q)), rope(nrm("k_norm", k)), nrm("v_norm", v)
+    return rope(nrm("q_norm", q_BTHK)), rope(nrm("k_norm", k_BTHK)), nrm("v_norm", v_BTHK)
 
 
 class HybridAttention(nn.Module):
@@ -71,9 +83,18 @@ def _segments(cfg):
 
 
 def _extra_params(cfg):
-  """Three QKV norms per block, minus the unused attention norm (kept by HybridNorm*'s first block)."""
-  size = cfg.d_model * (2 if cfg.norm == "layernorm" else 1)
-  return 2 * cfg.num_layers * size + (size if cfg.hybrid_norm.first_pre_norm else 0)
+  """Three QKV norms per block (K or H*K features each), minus the unused attention norm (kept by HybridNorm*'s
+  first block)."""
+  per = 2 if cfg.norm == "layernorm" else 1
+  qkv = cfg.d_model // cfg.num_heads if cfg.hybrid_norm.qkv_norm == "head" else cfg.d_model
+  size = cfg.d_model * per
+  return cfg.num_layers * (3 * qkv * per - size) + (size if cfg.hybrid_norm.first_pre_norm else 0)
 
 
-register(Variant("hybrid_norm", (HybridAttention, HybridFFN), segments=_segments, extra_params=_extra_params))
+def _check(cfg):
+  q = cfg.hybrid_norm.qkv_norm
+  check(q in QKV_NORMS, f"model.hybrid_norm.qkv_norm={q!r} is unknown; known: {', '.join(QKV_NORMS)}")
+
+
+register(Variant("hybrid_norm", (HybridAttention, HybridFFN), segments=_segments, extra_params=_extra_params,
+                 check=_check))

@@ -16,11 +16,10 @@ rule could call with the seeds it ran.
 A diverged run scores FAIL_LOSS; a stalled run (summary.json's learned_beyond_unigram false) keeps its loss.
 """
 import math
-import os
 
 import numpy as np
 
-from resnorm import workdir as wd
+from resnorm import storage, workdir as wd
 from resnorm.tools import grid
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME = "reproduced", "not reproduced", "inconclusive", \
@@ -74,18 +73,18 @@ class Runs:
     """None unless the run finished (completed or diverged)."""
     key = (r, seed)
     if key not in self._cache:
-      self._cache[key] = self._read(os.path.join(self.root, grid.run_name(r, seed, self.corpus)))
+      self._cache[key] = self._read(storage.join(self.root, grid.run_name(r, seed, self.corpus)))
     return self._cache[key]
 
   @staticmethod
   def _read(path: str) -> dict | None:
-    if not os.path.exists(os.path.join(path, "summary.json")):
+    if not storage.exists(storage.join(path, "summary.json")):
       return None
-    s = wd.read_json(os.path.join(path, "summary.json"), "run summary")
+    s = wd.read_json(storage.join(path, "summary.json"), "run summary")
     if s.get("status") not in ("completed", "diverged"):
       return None
-    diags = wd.read_jsonl(os.path.join(path, "diagnostics.jsonl"))
-    metrics = wd.read_jsonl(os.path.join(path, "metrics.jsonl"))
+    diags = wd.read_jsonl(storage.join(path, "diagnostics.jsonl"))
+    metrics = wd.read_jsonl(storage.join(path, "metrics.jsonl"))
     diverged = s["status"] == "diverged"
     return {"diverged": diverged, "stalled": not diverged and s.get("learned_beyond_unigram") is False,
             "loss": FAIL_LOSS if diverged else s.get("final_eval_loss"), "unigram": s.get("unigram_eval_loss"),
@@ -119,11 +118,11 @@ class Runs:
 
   def init_path(self, variant: str, layers: int, seed: int) -> str:
     sub = [] if self.corpus == "pystdlib" else [self.corpus]  # report v2's pystdlib files keep their place
-    return os.path.join(self.root, "init", *sub, f"{variant}-{layers}l-s{seed}.json")
+    return storage.join(self.root, "init", *sub, f"{variant}-{layers}l-s{seed}.json")
 
   def init(self, variant: str, layers: int, seed: int):
     path = self.init_path(variant, layers, seed)
-    return wd.read_json(path, "init diagnostics")["sublayers"] if os.path.exists(path) else None
+    return wd.read_json(path, "init diagnostics")["sublayers"] if storage.exists(path) else None
 
 
 # ---- per-seed quantities (None when a run they need is missing) ------------------------------------------------

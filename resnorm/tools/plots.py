@@ -1,12 +1,13 @@
 """Figures (matplotlib, Agg): per-run diagnostics against depth, loss curves with spikes, heatmaps, sweeps."""
 import io
-import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from resnorm import storage  # noqa: E402
 
 DEPTH_KEYS = (("grad_norm", "gradient norm ||dL/dW||", True), ("act_rms", "input RMS", True),
               ("update_ratio", "||F|| / ||input||", True))
@@ -17,9 +18,12 @@ def _col(rows, key):
 
 
 def _save(fig, path):
+  """Writes a PNG through resnorm/storage.py (local or a bucket)."""
   fig.tight_layout()
-  fig.savefig(path, dpi=110)
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=110)
   plt.close(fig)
+  storage.write_bytes(path, buf.getvalue())
   return path
 
 
@@ -90,13 +94,13 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
     fig, ax = plt.subplots(figsize=(6, 3.2))
     draw(ax, rows, title)
     ax.legend()
-    paths.append(_save(fig, os.path.join(outdir, f"{prefix}{name}.png")))
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}{name}.png")))
   if "angular_distance" in result:
     fig, ax = plt.subplots(figsize=(4.5, 4))
     im = ax.imshow(np.array(result["angular_distance"]), cmap="viridis", vmin=0, vmax=0.5, origin="lower")
     fig.colorbar(im, ax=ax, label="angular distance / pi")
     ax.set(xlabel="sublayer m", ylabel="sublayer l", title="last-token angular distance")
-    paths.append(_save(fig, os.path.join(outdir, f"{prefix}angular_distance.png")))
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}angular_distance.png")))
   if "mixing" in result:
     mats = np.array(result["mixing"])
     pick = np.unique(np.linspace(0, len(mats) - 1, min(8, len(mats))).astype(int))
@@ -105,7 +109,7 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
       ax.imshow(mats[i], cmap="RdBu_r", vmin=-1.5, vmax=1.5)
       ax.set(title=f"l={i}", xticks=[], yticks=[])
     fig.suptitle("mean H_res per sublayer")
-    paths.append(_save(fig, os.path.join(outdir, f"{prefix}mixing.png")))
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}mixing.png")))
   return paths
 
 
@@ -142,7 +146,7 @@ def evolution(results: list[dict], outdir: str) -> list[str]:
       ax.plot(_col(res["sublayers"], key), color=cmap(i / max(len(results) - 1, 1)), label=f"step {res['step']}")
     ax.set(xlabel="sublayer", ylabel=key, yscale="log" if key != "cos_next_median" else "linear")
     ax.legend(fontsize=7)
-    paths.append(_save(fig, os.path.join(outdir, f"evolution_{key}.png")))
+    paths.append(_save(fig, storage.join(outdir, f"evolution_{key}.png")))
   return paths
 
 
@@ -156,7 +160,7 @@ def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
       ax.plot(*zip(*tr), lw=1, label=name)
   ax.set(xlabel="step", ylabel="train loss", title="loss")
   ax.legend(fontsize=6)
-  paths.append(_save(fig, os.path.join(outdir, "sweep_loss.png")))
+  paths.append(_save(fig, storage.join(outdir, "sweep_loss.png")))
   for key, label in (("cos_next_median", "median cos(u_l, u_l+1)"), ("grad_norm", "grad norm"),
                      ("act_rms", "input RMS")):
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -166,5 +170,5 @@ def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
         ax.plot(np.arange(len(rows)) / max(len(rows) - 1, 1), _col(rows, key), lw=1, label=name)
     ax.set(xlabel="relative depth", ylabel=label, yscale="linear" if key.startswith("cos") else "log")
     ax.legend(fontsize=6)
-    paths.append(_save(fig, os.path.join(outdir, f"sweep_{key}.png")))
+    paths.append(_save(fig, storage.join(outdir, f"sweep_{key}.png")))
   return paths

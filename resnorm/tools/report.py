@@ -1,9 +1,8 @@
 """eval.py --sweep: one table row per run directory (from its own files) and overlaid figures."""
 import csv
-import glob
-import os
+import io
 
-from resnorm import diagnostics, workdir as wd
+from resnorm import diagnostics, storage, workdir as wd
 from resnorm.tools import plots
 from resnorm.errors import InputError, check
 
@@ -22,13 +21,13 @@ def stalled(summary: dict) -> bool | None:
 
 
 def run_row(path: str) -> tuple[dict, dict | None, list]:
-  cfg = wd.read_json(os.path.join(path, "config.json"), "run config")
+  cfg = wd.read_json(storage.join(path, "config.json"), "run config")
   summary = {}
-  if os.path.exists(os.path.join(path, "summary.json")):
-    summary = wd.read_json(os.path.join(path, "summary.json"), "run summary")
-  diags = wd.read_jsonl(os.path.join(path, "diagnostics.jsonl"))
+  if storage.exists(storage.join(path, "summary.json")):
+    summary = wd.read_json(storage.join(path, "summary.json"), "run summary")
+  diags = wd.read_jsonl(storage.join(path, "diagnostics.jsonl"))
   last = diags[-1] if diags else None
-  row = {"run": os.path.basename(os.path.normpath(path)), "residual": cfg["model"]["residual"],
+  row = {"run": storage.basename(path), "residual": cfg["model"]["residual"],
          "layers": cfg["model"]["num_layers"], "lr": cfg["train"]["lr"], "warmup": cfg["train"]["warmup_steps"],
          "seed": cfg["seed"], "status": summary.get("status", "unknown"),
          "diverged_step": summary.get("diverged_step"), "final_train_loss": summary.get("final_train_loss"),
@@ -38,7 +37,7 @@ def run_row(path: str) -> tuple[dict, dict | None, list]:
   if last:
     depth = diagnostics.depth_summary(last["sublayers"])  # stream_spread: the median over sublayers
     row.update({k: depth.get(k) for k in ("cos_last_quarter", "grad_ratio_last_first", "max_gain", "stream_spread")})
-  return row, last, wd.read_jsonl(os.path.join(path, "metrics.jsonl"))
+  return row, last, wd.read_jsonl(storage.join(path, "metrics.jsonl"))
 
 
 def _fmt(v):
@@ -50,22 +49,22 @@ def _fmt(v):
 
 
 def report(pattern: str, outdir: str) -> list[dict]:
-  dirs = sorted(d for d in glob.glob(pattern) if os.path.isfile(os.path.join(d, "config.json")))
+  dirs = [d for d in storage.glob(pattern) if storage.isfile(storage.join(d, "config.json"))]
   check(dirs, f"--sweep={pattern!r} matches no run directory (a directory with config.json)")
   runs = [run_row(d) for d in dirs]
   try:
-    os.makedirs(outdir, exist_ok=True)
+    storage.makedirs(outdir)
   except OSError as e:
     raise InputError(f"--outdir={outdir!r} cannot be created: {e.strerror}") from None
   rows = [r for r, _, _ in runs]
-  with open(os.path.join(outdir, "sweep.csv"), "w", newline="") as f:
-    w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-  with open(os.path.join(outdir, "sweep.md"), "w") as f:
-    f.write("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n")
-    for r in rows:
-      f.write("| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |\n")
+  f = io.StringIO(newline="")
+  w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+  w.writeheader()
+  w.writerows(rows)
+  storage.write_text(storage.join(outdir, "sweep.csv"), f.getvalue())
+  md = ["| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"]
+  md += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |\n" for r in rows]
+  storage.write_text(storage.join(outdir, "sweep.md"), "".join(md))
   plots.overlay([(r["run"], last, metrics) for r, last, metrics in runs], outdir)
-  print(f"{len(rows)} runs -> {os.path.join(outdir, 'sweep.md')}", flush=True)
+  print(f"{len(rows)} runs -> {storage.join(outdir, 'sweep.md')}", flush=True)
   return rows

@@ -21,7 +21,7 @@ import time
 import numpy as np
 from absl import flags
 
-from resnorm import workdir as wd
+from resnorm import storage, workdir as wd
 from resnorm.errors import check, run_app
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
@@ -73,7 +73,7 @@ def prepare_corpora(d) -> None:
 def init_diagnostics(R, d) -> int:
   """C1-C2: diagnostics of freshly initialized models, per variant, depth and seed, on R's corpus (written once)."""
   todo = [(v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in d["seeds"]
-          if not os.path.exists(R.init_path(v, L, s))]
+          if not storage.exists(R.init_path(v, L, s))]
   if not todo:
     return 0
   from absl import logging
@@ -86,8 +86,9 @@ def init_diagnostics(R, d) -> int:
                                 "model.init": "xavier"})
     setup = runtime.build(cfg)
     res = evaluate.report(setup, setup.init_state()["params"], data.eval_batches(cfg), 0)
-    os.makedirs(os.path.dirname(R.init_path(v, L, s)), exist_ok=True)
-    wd.write_json(R.init_path(v, L, s), res)
+    path = R.init_path(v, L, s)
+    storage.makedirs(path.rsplit("/", 1)[0])
+    wd.write_json(path, res)
   return len(todo)
 
 

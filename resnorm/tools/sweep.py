@@ -1,9 +1,12 @@
 """Run a sweep: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run]
+    [--launcher=local|slurm|tpu] [--status]
 
 A sweep file defines `sweep(add)` and calls `add(config='configs/x.py[:scale]', name=None, **{'train.lr': 1e-3})`
 once per point. Each point runs as its own `train.py` process into DIR/<name>/ (name: readable from the config and
 overrides). Completed and diverged runs are skipped (a divergence is a result); interrupted ones resume.
---dry_run prints one train.py command per point, for a cluster or TPU launcher.
+--dry_run prints one train.py command per point (--launcher=slurm: writes and prints the sbatch script instead).
+Launchers: local (subprocesses, --jobs at once), slurm (one job array: resnorm.tools.slurm), tpu (every host of a
+slice runs the same command: resnorm.tools.sweep_tpu). --status prints each point's state (resnorm.tools.sweep_status).
 """
 import concurrent.futures
 import importlib.util
@@ -12,17 +15,22 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 from absl import flags
 
-from resnorm import workdir as wd
+from resnorm import configkeys, storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
+from resnorm.tools import slurm, sweep_status
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 FLAGS = flags.FLAGS
 flags.DEFINE_string("root", None, "Directory for the runs.")
 flags.DEFINE_integer("jobs", 1, "Runs at once.")
 flags.DEFINE_bool("dry_run", False, "Print the train.py commands, run nothing.")
+flags.DEFINE_enum("launcher", "local", ["local", "slurm", "tpu"], "Who runs the points: local subprocesses, a SLURM "
+                  "job array, or every host of a Cloud TPU slice running this same command.")
+flags.DEFINE_bool("status", False, "Print one row per point (pending, running, completed, ...) and exit.")
 DONE = ("completed", "diverged")
 
 
@@ -41,6 +49,8 @@ def load_points(path: str) -> list[dict]:
   def add(config: str, name: str | None = None, **overrides):
     cfg_path = config.split(":")[0]
     check(os.path.isfile(os.path.join(ROOT, cfg_path)), f"{path}: config {config!r} does not exist")
+    for key in overrides:  # refused here, not in each point's train.py log after the others have run
+      configkeys.check_dotted(key, f"{path}: ")
     stem = os.path.splitext(os.path.basename(cfg_path))[0]
     auto = "-".join([stem] + [_short(k, v) for k, v in overrides.items()])
     points.append({"config": config, "name": re.sub(r"[^A-Za-z0-9_.=-]", "_", name or auto),
@@ -54,28 +64,68 @@ def load_points(path: str) -> list[dict]:
 
 def command(point: dict, root: str) -> list[str]:
   return ([sys.executable, os.path.join(ROOT, "train.py"), f"--config={os.path.join(ROOT, point['config'])}",
-           f"--workdir={os.path.join(root, point['name'])}"]
+           f"--workdir={storage.join(root, point['name'])}"]
           + [f"--config.{k}={v}" for k, v in point["overrides"].items()])
 
 
 def status(root: str, name: str) -> str | None:
-  path = os.path.join(root, name, "summary.json")
-  return wd.read_json(path, "summary").get("status") if os.path.exists(path) else None
+  path = storage.join(root, name, "summary.json")
+  return wd.read_json(path, "summary").get("status") if storage.exists(path) else None
 
 
 def _run(point, root) -> tuple[str, int]:
-  os.makedirs(os.path.join(root, "logs"), exist_ok=True)
-  with open(os.path.join(root, "logs", f"{point['name']}.log"), "a") as log:
-    rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+  """One point; its output goes to ROOT/logs/NAME.log (in a bucket: written whole when the run ends, after what
+  earlier attempts logged), its exit code to ROOT/logs/NAME.exit."""
+  path = storage.join(root, "logs", f"{point['name']}.log")
+  if not storage.is_remote(root):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as log:
+      rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+  else:
+    with tempfile.TemporaryFile() as log:
+      rc = subprocess.run(command(point, root), stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+      log.seek(0)
+      before = storage.read_bytes(path) if storage.exists(path) else b""
+      storage.write_bytes(path, before + log.read())
+  sweep_status.write_exit(root, point["name"], rc)
   return point["name"], rc
+
+
+def _slurm(points: list[dict], root: str, sweep_file: str) -> int:
+  """Writes points.json and sweep.sbatch; submits the points neither done nor queued/running as one array."""
+  opts = slurm.options()
+  path = slurm.write(points, [command(p, root) for p in points], root, ROOT, opts, sweep_file)
+  if FLAGS.dry_run:
+    print(open(path).read(), end="")
+    print(f"# sbatch --array={slurm.array_spec(list(range(len(points))), opts['concurrency'])} {path}")
+    return 0
+  active = slurm.active(root) or {}
+  todo = [i for i, p in enumerate(points) if status(root, p["name"]) not in DONE and p["name"] not in active]
+  print(f"{len(points)} points, {sum(status(root, p['name']) in DONE for p in points)} already done, "
+        f"{len(active)} queued or running, submitting {len(todo)}", flush=True)
+  if todo:
+    job = slurm.submit(path, root, todo, [points[i]["name"] for i in todo], opts["concurrency"])
+    print(f"submitted array job {job} ({slurm.array_spec(todo, opts['concurrency'])}); "
+          f"python -m resnorm.sweep {sweep_file} --root={root} --status", flush=True)
+  return 0
 
 
 @cli_main
 def main(argv) -> int:
-  check(len(argv) == 2, "usage: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run]")
+  check(len(argv) == 2, "usage: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run] "
+        "[--launcher=local|slurm|tpu] [--status]")
   check(FLAGS.root, "--root is required")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
   points = load_points(argv[1])
+  root = storage.absolute(FLAGS.root)
+  if FLAGS.status:
+    print(sweep_status.table(points, root)[1])
+    return 0
+  if FLAGS.launcher == "slurm":
+    return _slurm(points, root, argv[1])
+  if FLAGS.launcher == "tpu":
+    from resnorm.tools import sweep_tpu
+    return sweep_tpu.run(points, root, [command(p, root) for p in points], ROOT, status, FLAGS.dry_run)
   if FLAGS.dry_run:
     for p in points:
       print(shlex.join(command(p, FLAGS.root)))
