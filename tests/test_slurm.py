@@ -24,8 +24,9 @@ from test_cli import ENV, ROOT
 STEPS = 80
 RUN = {"train.steps": STEPS, "train.warmup_steps": 1, "train.eval_every": 40, "train.ckpt_every": 40,
        "train.diag_every": 0, "data.name": "text_files"}
-pytestmark = pytest.mark.skipif(slurm_cluster.missing() is not None,
-                                reason=f"no SLURM here: {slurm_cluster.missing()}")
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(slurm_cluster.missing() is not None,
+                                 reason=f"no SLURM here: {slurm_cluster.missing()}")]
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,11 @@ import subprocess
 import sys
 
 import portpicker
+import pytest
 
 from test_cli import ENV, ROOT
+
+pytestmark = pytest.mark.integration
 
 RUN = {"train.steps": 4, "train.warmup_steps": 1, "train.eval_every": 2, "train.ckpt_every": 2,
        "train.diag_every": 0, "data.name": "text_files"}
