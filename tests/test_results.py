@@ -336,3 +336,13 @@ def test_c1_c2_c10_read_from_init_diagnostics_and_gains(tmp_path, holds):
       assert p["values"] == pytest.approx({s: x for s in d["seeds"]}), (cid, p["label"], p["values"])
       assert p["verdict"] == want, (cid, p["label"], p["values"])
     assert len(parts) == len(expect[cid])
+
+
+def test_results_and_sweep_share_one_flag_namespace():
+  """Both tools in one process (an xdist worker, or a tool calling the other): absl refused the second --root."""
+  for order in ("sweep, results", "results, sweep"):
+    code = ("import resnorm.tools.{0}; import resnorm.tools.{1}; from absl import flags; "
+            "flags.FLAGS(['x', '--root=r', '--launcher=slurm']); print(flags.FLAGS.root, flags.FLAGS.launcher)")
+    out = subprocess.run([sys.executable, "-c", code.format(*order.split(", "))], capture_output=True, text=True,
+                         env=ENV, cwd=ROOT)
+    assert out.returncode == 0 and out.stdout.split() == ["r", "slurm"], out.stderr[-800:]

@@ -26,14 +26,14 @@ from resnorm.errors import check, run_app
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
 from resnorm.tools import results_figs as figs
+from resnorm.tools import sweep_flags  # noqa: F401 (--root --jobs --launcher, shared with resnorm.sweep)
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("root", "runs/results", "Where the runs go (finished runs are reused).")
 flags.DEFINE_string("out", "docs", "Report directory: results.md and figures/.")
-flags.DEFINE_integer("jobs", 1, "Training runs at once.")
 flags.DEFINE_bool("quick", False, "The same pipeline on a tiny model, 2 seeds (minutes).")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 SWEEP = os.path.join(ROOT, "configs", "sweeps", "results.py")
+DEFAULT_ROOT = "runs/results"
 
 
 def _module(path):
@@ -266,10 +266,12 @@ def main(argv):
   t0 = time.time()
   if size != "full":  # tiny models: XLA's optimizations cost more compile time than they save (read at jax import)
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+  check(FLAGS.launcher == "local", f"--launcher={FLAGS.launcher}: resnorm.results runs its grid locally")
+  root = FLAGS.root or DEFAULT_ROOT
   d = grid.design(_module(SWEEP).FULL, size)
   prepare_corpora(d)
-  rc = run_grid(size, FLAGS.root, FLAGS.jobs)
-  Rs = {c: cl.Runs(FLAGS.root, d, c) for c in d["corpora"]}
+  rc = run_grid(size, root, FLAGS.jobs)
+  Rs = {c: cl.Runs(root, d, c) for c in d["corpora"]}
   for R in Rs.values():
     init_diagnostics(R, d)
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)

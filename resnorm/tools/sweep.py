@@ -21,15 +21,11 @@ from absl import flags
 
 from resnorm import configkeys, storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
-from resnorm.tools import slurm, sweep_status
+from resnorm.tools import slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags defines --root --jobs --launcher)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 FLAGS = flags.FLAGS
-flags.DEFINE_string("root", None, "Directory for the runs.")
-flags.DEFINE_integer("jobs", 1, "Runs at once.")
 flags.DEFINE_bool("dry_run", False, "Print the train.py commands, run nothing.")
-flags.DEFINE_enum("launcher", "local", ["local", "slurm", "tpu"], "Who runs the points: local subprocesses, a SLURM "
-                  "job array, or every host of a Cloud TPU slice running this same command.")
 flags.DEFINE_bool("status", False, "Print one row per point (pending, running, completed, ...) and exit.")
 DONE = ("completed", "diverged")
 
