@@ -3,6 +3,7 @@
 Only errors that are the user's input (a config value, a path, a workdir) are raised as `InputError`; anything
 else is a bug and keeps its traceback.
 """
+import os
 import sys
 
 EXIT_BAD_INPUT = 2
@@ -20,13 +21,17 @@ def check(cond: bool, msg: str) -> None:
 
 
 def cli_main(fn):
-  """Wraps an entry point: InputError -> 'error: ...' on stderr and exit 2."""
+  """Wraps an entry point: InputError -> 'error: ...' on stderr and exit 2; output piped into a reader that stopped
+  early (`| head`) -> a quiet exit 1, as the Python docs advise, not a BrokenPipeError traceback."""
   def wrapped(*args, **kwargs):
     try:
       return fn(*args, **kwargs)
     except InputError as e:
       print(f"error: {e}", file=sys.stderr, flush=True)
       sys.exit(EXIT_BAD_INPUT)
+    except BrokenPipeError:
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's final flush must not fail
+      sys.exit(1)
   return wrapped
 
 

@@ -5,7 +5,10 @@ One 3-point sweep of tiny runs through sbatch, while the test:
   sends point a's batch shell SIGTERM    -> train.py checkpoints, exits 4, the task requeues itself and resumes:
                                             a's losses equal b's (the same run, never interrupted) at every step
   reruns it when all are done            -> nothing submitted
-then a point with bad input               -> exit 2, failed in --status with its log, never requeued.
+then a point with bad input               -> exit 2, failed in --status with its log, never requeued;
+then `resnorm.results --scale=tpu --launcher=slurm` at a reduced :tpu shape (grid.TEST_TPU: 6 tiny runs of the :tpu
+configs) -> a report from what had finished, the rest listed; once the array ends, the same command submits nothing
+and reads every run.
 Prints the sweep's wall time and the requeue delay (exit 4 -> the restart's first line).
 """
 import datetime
@@ -19,6 +22,7 @@ import time
 import pytest
 
 import slurm_cluster
+from resnorm.tools import grid
 from test_cli import ENV, ROOT
 
 STEPS = 80
@@ -96,6 +100,7 @@ def test_sweep_on_slurm(cluster, swept, text_corpus):
   check_every_point_runs_and_rerun_submits_nothing(cluster, swept)
   check_signalled_task_is_requeued_and_resumes_exactly(swept)
   check_bad_input_fails_and_is_not_requeued(cluster, swept)
+  check_report_at_tpu_shape(cluster, swept["tmp"], text_corpus)
 
 
 def check_every_point_runs_and_rerun_submits_nothing(cluster, swept):
@@ -147,3 +152,33 @@ def check_bad_input_fails_and_is_not_requeued(cluster, swept):
   row = r"^0\s+bad\s+failed\s+\d+_0\s+2\s+" + re.escape(str(root / "logs" / "bad.log"))
   assert re.search(row, status, re.M), status
   assert not (root / "bad").exists() or not (root / "bad" / "summary.json").exists()
+
+
+def check_report_at_tpu_shape(cluster, tmp, text_corpus):
+  root, out = tmp / "tpu_runs", tmp / "tpu_report"
+  cmd = [sys.executable, "-m", "resnorm.results", "--scale=tpu", "--launcher=slurm", f"--root={root}",
+         f"--out={out}", f"--data_paths={text_corpus}", "--slurm.cpus_per_task=1"]
+
+  def results():
+    return subprocess.run(cmd, cwd=ROOT, env={**ENV, **cluster_env(cluster), grid.SIZE_ENV: "test"},
+                          capture_output=True, text=True, timeout=300)
+  t0 = time.time()
+  first = results()
+  assert first.returncode == 0 and "submitting 6" in first.stdout, first.stdout + first.stderr[-2000:]
+  points = json.loads((root / "points.json").read_text())["points"]
+  assert len(points) == 6 and all("configs/base.py:tpu" in " ".join(p["command"]) for p in points)
+  done = int(re.search(r"from (\d+) of 6 runs", first.stdout)[1])
+  report = (out / "results.md").read_text()
+  assert report.startswith("# Results at TPU scale") and "| claim | source | web |" in report
+  if done < 6:  # the runs take longer than the report, so this is the usual case
+    listed = re.search(r"\*\*Unfinished: (\d+) of 6 runs\*\*.*", report)
+    assert listed and int(listed[1]) == 6 - done and listed[0].count("-web-s") == 6 - done, report[:3000]
+  _wait(lambda: cluster.run("squeue", "-h").stdout.strip() == "", 600, "the report's grid ended", cluster)
+  wall = time.time() - t0
+  second = results()
+  assert second.returncode == 0 and "submitting 0" in second.stdout and "from 6 of 6 runs" in second.stdout, \
+      second.stdout + second.stderr[-2000:]
+  report = (out / "results.md").read_text()
+  assert "Unfinished" not in report and "d 32, 2 heads, MLP 64, float32" in report
+  assert re.search(r"^\| \[C8\].*\*\*(reproduced|not reproduced|inconclusive|out of regime)\*\*", report, re.M)
+  print(f"\nresnorm.results --scale=tpu --launcher=slurm, 6 tiny :tpu runs: {wall:.0f} s to the last run done")

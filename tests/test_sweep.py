@@ -22,6 +22,16 @@ def test_dry_run_prints_one_command_per_point(tmp_path):
   assert len(r.stdout.strip().splitlines()) == 16
 
 
+def test_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
+  """`... --dry_run | head -1`: the reader stops early; no BrokenPipeError traceback, exit 1."""
+  p = subprocess.Popen([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/results.py", f"--root={tmp_path}",
+                        "--dry_run"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+  assert p.stdout.readline().startswith(sys.executable.encode())
+  p.stdout.close()
+  err = p.stderr.read().decode()
+  assert p.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
+
+
 def test_smoke_sweep_runs_skips_and_reports(tmp_path, text_corpus):
   env = {**ENV, "RESNORM_SMOKE_DATA": text_corpus}
   root = tmp_path / "runs"

@@ -25,6 +25,8 @@ Horizons the budget could not reach: C4 stops at 16 layers (v2's 24 and 48 would
 runs, 520 thousand more: another 35 minutes); C7 stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether
 a part's runs reached its regime is read from the runs (claims.py), and the report says so part by part.
 """
+import os
+
 from resnorm.tools import grid
 
 FULL = {
@@ -83,5 +85,60 @@ def budget(d) -> dict:
           "wall_minutes": run_minutes * V2_WALL_MINUTES / V2_RUN_MINUTES}
 
 
+# --scale=tpu: the same claims over the :tpu configs (d 1024, 16 heads, MLP 4096, 1024 tokens, batch 256, bfloat16),
+# with fewer cells where the budget requires (docstring of device_hours). Runs of 2000 steps (0.52e9 tokens each),
+# one map depth (12 layers; C6, C8-C10 read it), 3 learning rates around the :tpu default 3e-4; the depth sweep at
+# the map's horizon (its 12-layer runs are the map's); C7 at 4x the steps. At :tpu the base is already bfloat16, so
+# C9's "bf16" arm repeats the reference run under its own name (6 runs, 2 v4-8 hours), kept so C9 reads the same
+# tags at both scales.
+TPU = {
+    "steps": 2000,
+    "seeds": (0, 1, 2), "more_seeds": (),
+    "map_depths": (12,),
+    "lrs": (1e-4, 3e-4, 1e-3),
+    "warmup_fracs": (0.0, 0.1),
+    "ref_lr": 3e-4, "ref_warmup_frac": 0.1,
+    "depths": (6, 12, 24, 48), "horizon": 2000, "pair_layers": 12,
+    "init_depths": (12, 24, 48, 96),
+    "long": {"layers": 12, "lr": 3e-4, "steps": 8000},
+    "c3": {"layers": 12, "lr": 1e-3, "steps": 2000, "warmup_frac": 0.3},
+    "evals": 5,
+    "common": {},
+    "beyond_budget": "a second map depth (48 layers: about 112 more v4-8 hours at 40% MFU), C4 at 96 layers (17 "
+                     "more) and C7 beyond 8000 steps",
+}
+ASSUMED_MFU = 0.40  # until resnorm.bench measures one on the accelerator (docs/performance.md)
+PEAK_FLOPS = {"v4-8": 4 * 275e12, "H100": 989e12}  # bf16 dense: 4 TPU v4 chips; one H100 SXM
+
+
+def device_hours(d, device: str, mfu: float = ASSUMED_MFU) -> float:
+  """Device-hours of a design's training runs: sum over its runs of training FLOPs (resnorm.flops' analytic count
+  per token x batch x seq_len x steps) / (the device's bf16 peak x mfu). Left out: evals (5 a run, 32 batches of
+  256 x 1024 tokens forward: about 1% of a 2000-step run), the diagnostics, compilation and remat's recomputation
+  (whole-block remat adds one forward: x 4/3, which an MFU measured with remat on already absorbs).
+
+  The --scale=tpu design (TPU above) at 40% MFU: 120 runs, 8.85e19 FLOPs, about 56 v4-8 hours (2.3 days on one
+  v4-8) or 62 H100-hours (8 H100s: 8 hours). A second map depth at 48 layers (66 more runs, C8-C9 then at 48)
+  would add about 112 v4-8 hours; C4 at 96 layers (6 runs) 17 more. The test recomputes these figures."""
+  import importlib.util
+
+  import ml_collections
+
+  from resnorm import flops
+  spec = importlib.util.spec_from_file_location("base_config", os.path.join(os.path.dirname(__file__), "..", "base.py"))
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  base = mod.get_config(d["scale"])
+  total = 0.0
+  for c, r, s in grid.points(d):
+    o = grid.overrides(d, r, s, c)
+    m = ml_collections.ConfigDict(base.model.to_dict())
+    m.residual, m.num_layers = r.variant, r.layers
+    seq = o.get("data.seq_len", base.data.seq_len)
+    tokens = o.get("train.batch_size", base.train.batch_size) * seq * r.steps
+    total += flops.train_flops_per_token(m, seq) * tokens
+  return total / (PEAK_FLOPS[device] * mfu) / 3600
+
+
 def sweep(add):
-  grid.add_points(add, grid.design(FULL))
+  grid.add_points(add, grid.design(FULL, tpu=TPU))

@@ -13,10 +13,14 @@ from typing import NamedTuple
 from resnorm.errors import check
 
 SIZE_ENV = "RESNORM_RESULTS_SIZE"     # full | quick | test
+SCALE_ENV = "RESNORM_RESULTS_SCALE"   # cpu | tpu: the configs' scale, and the design sized for it
+TPU_DATA_ENV = "RESNORM_RESULTS_TPU_DATA"  # --scale=tpu: the corpus shards (data.name=files; C4, FineWeb, ...)
 DATA_ENV = "RESNORM_RESULTS_DATA"     # text files (a glob) instead of the default corpus: the test's
 SHAKESPEARE_ENV = "RESNORM_RESULTS_SHAKESPEARE_DIR"  # a data_dir holding the prepared shakespeare corpus: the test's
 SIZES = ("full", "quick", "test")
+SCALES = ("cpu", "tpu")
 CORPORA = ("pystdlib", "shakespeare")
+TPU_CORPUS = "web"                     # --scale=tpu's one corpus: the user's shards, read by data.name=files
 MAIN = ("pre_norm", "post_norm")
 # Extra config per tagged recipe (C8 and C9's ablations; `c3`: the optimizer of the warmup regime).
 TAGS = {"": {}, "nofinal": {"model.final_norm": False}, "bf16": {"model.dtype": "bfloat16"},
@@ -41,6 +45,15 @@ TEST = {"steps": 3, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs"
         "bf16_tags": (), "evals": 1, "common": _TINY}
 
 
+# The test of --scale=tpu (through a real SLURM): the :tpu configs shrunk to a tiny float32 model, and the fewest
+# runs that still give C4-C8 a value: Pre- and Post-Norm at 1 layer (map = depth sweep = C7), Pre-Norm without its
+# final norm; 2 seeds: 6 runs.
+TEST_TPU = {**TEST, "variants": MAIN, "depths": (1,), "pair_layers": 1, "init_depths": (1,),
+            "map_depths": (1,), "long": {"layers": 1, "lr": 1e-2, "steps": 3}, "c3": None,
+            "common": {**_TINY, "model.dtype": "float32", "train.grad_accum": 1, "train.diag_batch": 2,
+                       "data.eval_batches": 1, "data.val_fraction": 0.2}}
+
+
 class Recipe(NamedTuple):
   """One point of the grid, before the seed."""
   variant: str
@@ -51,14 +64,32 @@ class Recipe(NamedTuple):
   tag: str = ""
 
 
-def design(full: dict, size: str | None = None) -> dict:
-  """The full design, or its quick/test shrink; $RESNORM_RESULTS_DATA swaps the corpus for text files."""
+def design(full: dict, size: str | None = None, scale: str | None = None, tpu: dict | None = None) -> dict:
+  """The full design, or its quick/test shrink; $RESNORM_RESULTS_DATA swaps the corpus for text files.
+  scale="tpu": the accelerator design `tpu` (fewer cells) over the :tpu configs, on one corpus, the user's shards
+  ($RESNORM_RESULTS_TPU_DATA); its test shrink is TEST_TPU."""
   size = size or os.environ.get(SIZE_ENV) or "full"
+  scale = scale or os.environ.get(SCALE_ENV) or "cpu"
   check(size in SIZES, f"${SIZE_ENV}={size!r} is unknown; known: {', '.join(SIZES)}")
-  d = {**full, **{"full": {}, "quick": QUICK, "test": TEST}[size], "size": size}
-  d["long"] = {**full["long"], **d["long"]}
+  check(scale in SCALES, f"--scale={scale!r} is unknown; known: {', '.join(SCALES)}")
+  if scale == "tpu":
+    check(size != "quick", "--quick is the CPU pipeline on a tiny model; --scale=tpu has no quick size")
+    check(tpu is not None, "this sweep file has no design for --scale=tpu")
+    base = {**full, **tpu, "long": {**full["long"], **tpu.get("long", {})}}
+    shrink = {"full": {}, "test": TEST_TPU}[size]
+  else:
+    base, shrink = full, {"full": {}, "quick": QUICK, "test": TEST}[size]
+  d = {**base, **shrink, "size": size, "scale": scale,
+       "config": "configs/base.py" + (":tpu" if scale == "tpu" else "")}
+  d["long"] = {**base["long"], **d["long"]}
   if d["c3"] and size != "full":
-    d["c3"] = {**(full["c3"] or {}), **d["c3"]}
+    d["c3"] = {**(base["c3"] or {}), **d["c3"]}
+  if scale == "tpu":
+    paths = os.environ.get(TPU_DATA_ENV, "")
+    check(paths, f"--scale=tpu needs --data_paths (${TPU_DATA_ENV}): the corpus shards, e.g. "
+          "'gs://BUCKET/c4/en/c4-train.*.json.gz'")
+    d["corpora"] = {TPU_CORPUS: {"data.name": "files", "data.paths": paths}}
+    return d
   d["corpora"] = {c: {"data.name": c} for c in CORPORA}
   if os.environ.get(DATA_ENV):
     d["corpora"]["pystdlib"] = {"data.name": "text_files", "data.paths": os.environ[DATA_ENV]}
@@ -161,4 +192,4 @@ def points(d) -> list[tuple[str, Recipe, int]]:
 
 def add_points(add, d) -> None:
   for c, r, s in points(d):
-    add(config="configs/base.py", name=run_name(r, s, c), **overrides(d, r, s, c))
+    add(config=d["config"], name=run_name(r, s, c), **overrides(d, r, s, c))

@@ -26,11 +26,15 @@ from resnorm.errors import check, run_app
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
 from resnorm.tools import results_figs as figs
-from resnorm.tools import sweep_flags  # noqa: F401 (--root --jobs --launcher, shared with resnorm.sweep)
+from resnorm.tools import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("out", "docs", "Report directory: results.md and figures/.")
 flags.DEFINE_bool("quick", False, "The same pipeline on a tiny model, 2 seeds (minutes).")
+flags.DEFINE_enum("scale", "cpu", list(grid.SCALES), "cpu: the report's design on the package's corpora; tpu: the "
+                  "accelerator design of configs/sweeps/results.py (TPU) over the :tpu configs, on --data_paths.")
+flags.DEFINE_string("data_paths", None, "--scale=tpu: the corpus shards (data.name=files), e.g. "
+                    "'gs://BUCKET/c4/en/c4-train.*.json.gz'.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 SWEEP = os.path.join(ROOT, "configs", "sweeps", "results.py")
 DEFAULT_ROOT = "runs/results"
@@ -43,14 +47,25 @@ def _module(path):
   return mod
 
 
-def run_grid(size: str, root: str, jobs: int) -> int:
-  env = {**os.environ, grid.SIZE_ENV: size, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
-  return subprocess.run([sys.executable, "-m", "resnorm.sweep", SWEEP, f"--root={root}", f"--jobs={jobs}"],
-                        cwd=ROOT, env=env).returncode
+def grid_env(d) -> dict:
+  """What the sweep file reads to build this same design."""
+  env = {grid.SIZE_ENV: d["size"], grid.SCALE_ENV: d["scale"]}
+  if d["scale"] == "tpu":
+    env[grid.TPU_DATA_ENV] = d["corpora"][grid.TPU_CORPUS]["data.paths"]
+  return env
+
+
+def run_grid(d, root: str, jobs: int, launcher: str) -> int:
+  """The grid through resnorm.sweep: run here (local), submitted as a SLURM array (returns once submitted), or run
+  by every host of a slice (tpu). The --slurm.* flags given to this command pass through."""
+  passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
+  env = {**os.environ, **grid_env(d), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+  return subprocess.run([sys.executable, "-m", "resnorm.sweep", SWEEP, f"--root={root}", f"--jobs={jobs}",
+                         f"--launcher={launcher}", *passed], cwd=ROOT, env=env).returncode
 
 
 def _config(d, corpus: str, over: dict):
-  cfg = _module(os.path.join(ROOT, "configs", "base.py")).get_config("cpu")
+  cfg = _module(os.path.join(ROOT, "configs", "base.py")).get_config(d["scale"])
   for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
     *path, last = key.split(".")
     node = cfg
@@ -197,13 +212,17 @@ def _flags(k) -> str:
   return f"; {k['finished'] - k['flagged']} runs predate summary.json's learned_beyond_unigram and count as not stalled"
 
 
+CORPUS_TEXT = {"pystdlib": "Python source bytes", "shakespeare": "the complete works, English verse and prose",
+               grid.TPU_CORPUS: "the shards given by --data_paths"}
+
+
 def design_text(d) -> str:
   lg = d["long"]
+  cfg = _config(d, next(iter(d["corpora"])), {})
   more = (f"; the recipes of C6a-b, C8 and C9 also run seeds {list(d['more_seeds'])}" if d.get("more_seeds") else "")
-  return (f"Corpora: {', '.join(f'`{c}`' for c in d['corpora'])}, every recipe on each (pystdlib: Python source "
-          "bytes; shakespeare: the complete works, English verse and prose). "
-          f"Model: d {d['common'].get('model.d_model', 64)}, {d['steps']} steps, batch "
-          f"{d['common'].get('train.batch_size', 8)} x {d['common'].get('data.seq_len', 64)} bytes, seeds "
+  return (f"Corpora: {', '.join(f'`{c}` ({CORPUS_TEXT.get(c, c)})' for c in d['corpora'])}, every recipe on each. "
+          f"Model (`{d['config']}`): d {cfg.model.d_model}, {cfg.model.num_heads} heads, MLP {cfg.model.mlp_dim}, "
+          f"{cfg.model.dtype}, {d['steps']} steps, batch {cfg.train.batch_size} x {cfg.data.seq_len} bytes, seeds "
           f"{list(d['seeds'])}{more} (paired: a seed gives every variant the same base weights and data order). "
           f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
           f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup {', '.join(f'{f:.0%}' for f in d['warmup_fracs'])}. "
@@ -214,13 +233,26 @@ def design_text(d) -> str:
           f"{lg['steps']} steps.")
 
 
+def unfinished(Rs, d) -> list[str]:
+  """One line per run of the design that has not finished (neither completed nor diverged), with its state."""
+  from resnorm.tools import sweep
+  out = []
+  for c, r, s in grid.points(d):
+    if Rs[c].run(r, s) is None:
+      name = grid.run_name(r, s, c)
+      out.append(f"`{name}` ({sweep.status(Rs[c].root, name) or 'no summary yet: pending or running'})")
+  return out
+
+
 def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   """Rs: corpus -> claims.Runs."""
   by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
   k = run_counts(Rs, d)
   unreach = [f"{c}: {'; '.join(u)}" for c, R in Rs.items() if (u := unreached(R, d))]
-  lines = ["# Results at CPU scale", "",
-           f"Generated by `python -m resnorm.results{' --quick' if d['size'] == 'quick' else ''}` (size "
+  todo = unfinished(Rs, d)
+  flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
+  lines = [f"# Results at {d['scale'].upper()} scale", "",
+           f"Generated by `python -m resnorm.results{flags_text}` (size "
            f"`{d['size']}`) from {k['finished']} of {k['runs']} runs ({k['diverged']} diverged, {k['stalled']} "
            f"stalled: learned nothing beyond byte frequencies{_flags(k)}) plus init diagnostics. The runs' own time: "
            f"{k['run_minutes']:.0f} run-minutes; this invocation took {wall_s / 60:.1f} minutes of wall time "
@@ -240,6 +272,9 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
            ("; ".join(unreach) if unreach else "none") + "." +
            (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
             d["size"] == "full" else ""), ""]
+  if todo:
+    lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
+              "when they end): " + ", ".join(todo) + ".", ""]
   for i, c in enumerate(by_corpus[next(iter(by_corpus))]):
     lines += [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}).", ""]
     for corpus, R in Rs.items():
@@ -262,20 +297,34 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
+  check(not (FLAGS.quick and FLAGS.scale == "tpu"), "--quick is the CPU pipeline on a tiny model; drop --scale=tpu")
   size = "quick" if FLAGS.quick else os.environ.get(grid.SIZE_ENV) or "full"
+  if FLAGS.scale == "tpu":
+    os.environ[grid.TPU_DATA_ENV] = FLAGS.data_paths or os.environ.get(grid.TPU_DATA_ENV, "")
   t0 = time.time()
   if size != "full":  # tiny models: XLA's optimizations cost more compile time than they save (read at jax import)
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
-  check(FLAGS.launcher == "local", f"--launcher={FLAGS.launcher}: resnorm.results runs its grid locally")
-  root = FLAGS.root or DEFAULT_ROOT
-  d = grid.design(_module(SWEEP).FULL, size)
+  root = storage.absolute(FLAGS.root or DEFAULT_ROOT)
+  mod = _module(SWEEP)
+  d = grid.design(mod.FULL, size, FLAGS.scale, getattr(mod, "TPU", None))
   prepare_corpora(d)
-  rc = run_grid(size, root, FLAGS.jobs)
+  rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
+  if FLAGS.launcher == "tpu":
+    from resnorm.tools import sweep_tpu
+    _, num, pid = sweep_tpu._processes()  # noqa: SLF001: the same reading of the slice the sweep made
+    if pid != 0:
+      return rc  # process 0 alone writes the report
+    if num > 1:  # one host of a multi-host slice cannot start the TPU runtime alone; init diagnostics on its CPU
+      os.environ["JAX_PLATFORMS"] = "cpu"
   Rs = {c: cl.Runs(root, d, c) for c in d["corpora"]}
   for R in Rs.values():
     init_diagnostics(R, d)
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)
-  print(f"wrote {path} ({(time.time() - t0) / 60:.1f} min)" + (" (some runs did not finish)" if rc else ""))
+  k = run_counts(Rs, d)
+  print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +
+        (f"; the others are listed there: rerun this command when they end" if k["finished"] < k["runs"] else "") +
+        (" (some runs did not finish)" if rc else ""))
+  return 1 if rc and FLAGS.launcher != "slurm" else 0
 
 
 if __name__ == "__main__":
