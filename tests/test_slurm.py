@@ -166,7 +166,8 @@ def check_report_at_tpu_shape(cluster, tmp, text_corpus):
   first = results()
   assert first.returncode == 0 and "submitting 6" in first.stdout, first.stdout + first.stderr[-2000:]
   points = json.loads((root / "points.json").read_text())["points"]
-  assert len(points) == 6 and all(p["config"] == "configs/base.py:tpu" and "/configs/base.py:tpu" in str(p["command"]) for p in points)
+  assert len(points) == 6
+  assert all(p["config"] == "configs/base.py:tpu" and "/configs/base.py:tpu" in str(p["command"]) for p in points)
   done = int(re.search(r"from (\d+) of 6 runs", first.stdout)[1])
   report = (out / "results.md").read_text()
   assert report.startswith("# Results at TPU scale") and "| claim | source | web |" in report

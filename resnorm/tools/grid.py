@@ -30,8 +30,8 @@ _TINY = {"model.d_model": 32, "model.num_heads": 2, "model.mlp_dim": 64, "data.s
          "train.batch_size": 4, "data.eval_batches": 2, "model.remat": "none"}
 # --quick: the same pipeline on a d-32 model, 2 seeds, a one-depth map, 2 learning rates, on both corpora: 136 short
 # runs. Report v2's quick grid (92 runs, one corpus) took 10.5 CPU-minutes, 6.8 s a run: about 15.5 CPU-minutes, 8
-# minutes with --jobs=2 on 2 idle cores (v2's ran 3.5x slower on the shared machine). Measured 2026-12-01, evening, idle:
-# 15.3 minutes (the machine ran about 3x slower than v2's yardstick that day: docs/sweeps.md).
+# minutes with --jobs=2 on 2 idle cores (v2's ran 3.5x slower on the shared machine). Measured 2026-12-01, evening,
+# idle: 15.3 minutes (the machine ran about 3x slower than v2's yardstick that day: docs/sweeps.md).
 QUICK = {"steps": 60, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (3e-3, 3e-2), "ref_lr": 3e-3,
          "depths": (2, 4, 6), "horizon": 120, "pair_layers": 2, "init_depths": (2, 4, 8, 16),
          "long": {"layers": 2, "lr": 3e-3, "steps": 150},
