@@ -22,7 +22,7 @@ import numpy as np
 from absl import flags
 
 from resnorm import storage, workdir as wd
-from resnorm.errors import check, run_app
+from resnorm.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
 from resnorm.tools import results_figs as figs
@@ -309,20 +309,23 @@ def main(argv):
   d = grid.design(mod.FULL, size, FLAGS.scale, getattr(mod, "TPU", None))
   prepare_corpora(d)
   rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
+  if rc == EXIT_BAD_INPUT:
+    return rc  # the sweep refused its input and said why, in one line; there is nothing new to report
   if FLAGS.launcher == "tpu":
     from resnorm.tools import sweep_tpu
     _, num, pid = sweep_tpu._processes()  # noqa: SLF001: the same reading of the slice the sweep made
     if pid != 0:
       return rc  # process 0 alone writes the report
     if num > 1:  # one host of a multi-host slice cannot start the TPU runtime alone; init diagnostics on its CPU
-      os.environ["JAX_PLATFORMS"] = "cpu"
+      import jax
+      jax.config.update("jax_platforms", "cpu")  # the env variable would be read too late: jax may be imported
   Rs = {c: cl.Runs(root, d, c) for c in d["corpora"]}
   for R in Rs.values():
     init_diagnostics(R, d)
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)
   k = run_counts(Rs, d)
   print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +
-        (f"; the others are listed there: rerun this command when they end" if k["finished"] < k["runs"] else "") +
+        ("; the others are listed there: rerun this command when they end" if k["finished"] < k["runs"] else "") +
         (" (some runs did not finish)" if rc else ""))
   return 1 if rc and FLAGS.launcher != "slurm" else 0
 
