@@ -24,7 +24,7 @@ SECTIONS = ("seed", "scale", "model", "data", "train", "ckpt", "mesh")
 FILE_SUFFIXES = {"py", "md", "json", "jsonl", "txt", "png", "csv", "sh", "toml", "gz", "parquet"}
 PLACEHOLDER = re.compile(r"NAME|DIR|OUT|BUCKET|<|test_x\.py")
 SCRIPTS = re.compile(r"(?<![\w/.-])(?:train\.py|eval\.py|-m (resnorm(?:\.\w+)+))(?![\w.])")
-FLAG = re.compile(r"(?<![\w=-])--([A-Za-z_][\w-]*)")
+FLAG = re.compile(r"(?<![\w=-])--([A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*)")  # dotted: --slurm.partition
 
 
 def read(page):
@@ -97,7 +97,7 @@ def module_file(module):
 
 def module_flags(module, seen=None):
   """Flags of `python -m module`: those its file defines and those of the resnorm modules it imports, transitively
-  (`--slurm.partition` is read as `--slurm`, so a dotted name also counts as its first part)."""
+  (dotted names whole, `slurm.partition`, and also their first part, for prose such as `--slurm.*`)."""
   seen = set() if seen is None else seen
   path = module_file(module)
   if path is None or path in seen:
