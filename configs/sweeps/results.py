@@ -137,7 +137,13 @@ def device_hours(d, device: str, mfu: float = ASSUMED_MFU) -> float:
   for c, r, s in grid.points(d):
     o = grid.overrides(d, r, s, c)
     m = ml_collections.ConfigDict(base.model.to_dict())
-    m.residual, m.num_layers = r.variant, r.layers
+    for key, val in o.items():  # the run's model overrides (variant, depth, and a shrunk model's sizes)
+      if key.startswith("model."):
+        *path, last = key.split(".")[1:]
+        node = m
+        for part in path:
+          node = node[part]
+        node[last] = val
     seq = o.get("data.seq_len", base.data.seq_len)
     tokens = o.get("train.batch_size", base.train.batch_size) * seq * r.steps
     total += flops.train_flops_per_token(m, seq) * tokens
