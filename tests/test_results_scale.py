@@ -1,5 +1,6 @@
 """resnorm.results at the accelerator scale (--scale=tpu): its design and device-hour budget, the report from a partly
 finished grid, and the launcher's refusals. Through a real SLURM: tests/test_slurm.py."""
+import os
 import subprocess
 import sys
 
@@ -73,3 +74,17 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
                      cwd=ROOT, env={**ENV, grid.SIZE_ENV: "test"}, capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "--slurm.nodes=0 must be >= 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
   assert not (out / "results.md").exists()
+
+
+def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
+  """A partial report (the SLURM or TPU grid still running) writes every figure, even one whose runs are all
+  missing; a log axis with no data must not crash it (it did, on a real partial grid)."""
+  from resnorm.tools import results
+  d = grid.design(sweep_file.FULL, "test")
+  Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in d["corpora"]}
+  path = results.write_report(Rs, d, str(tmp_path / "out"), 0.0)
+  text = open(path).read()
+  assert f"**Unfinished: {len(grid.points(d))} of {len(grid.points(d))} runs**" in text
+  for c in d["corpora"]:
+    drawn = sorted(os.listdir(tmp_path / "out" / "figures" / c))
+    assert len(drawn) == len(set(drawn)) >= len(results.figs.FIGURES), drawn

@@ -16,6 +16,10 @@ COLORS = {"pre_norm": "C0", "post_norm": "C3", "hc": "C2", "mhc": "C4"}
 
 
 def _save(fig, fig_dir, name):
+  for ax in fig.axes:
+    if not np.isfinite(ax.dataLim.get_points()).all():  # every run of the panel is missing: a partial report
+      ax.set(xscale="linear", yscale="linear")  # a log axis with no data cannot place its ticks
+      ax.text(0.5, 0.5, "no finished runs", transform=ax.transAxes, ha="center", va="center", color="gray")
   corpus = os.path.basename(os.path.normpath(fig_dir))  # the report draws each corpus into figures/<corpus>/
   if corpus in grid.CORPORA and fig._suptitle is None:
     fig.suptitle(corpus, fontsize=10)
