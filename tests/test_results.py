@@ -279,6 +279,8 @@ def test_report_names_the_depths_the_budget_could_not_reach(tmp_path):
       if not os.path.exists(os.path.join(tmp_path, grid.run_name(r, s))):
         _fake_run(tmp_path, r, s, 3.0)
   assert results.unreached(cl.Runs(str(tmp_path), d), d) == [f"pre_norm at {deep} layers in {d['horizon']} steps (C4)"]
+
+
 def _diag_run(root, r, seed, first, last):
   """A completed run whose diagnostics.jsonl holds `first` (step 0) and `last` (step 9) sublayer rows."""
   _fake_run(root, r, seed, 3.0)
