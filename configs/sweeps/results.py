@@ -24,7 +24,7 @@ the runs, the issue's rule. Per corpus, steps x layers (thousands):
 Measured the next evening (2026-12-01) on the same machine, idle: a 12-layer Pre-Norm run's 200 steps take 23.6 s
 two at a time (118 ms a step, 3.4x this yardstick's 35 ms; v2's own code: 26.6 s, so the machine slowed, not the
 code), and the grid's first 66 runs project it at about 300 minutes at --jobs=2 (docs/sweeps.md). The estimate
-above holds at v2's speed only.
+above holds at v2's speed only: the first full run took about 4.3 hours of wall time (2026-12-01/02, docs/sweeps.md).
 Horizons the budget could not reach: C4 stops at 16 layers (v2's 24 and 48 would need 600 steps x 72 layers x 12
 runs, 520 thousand more: another 35 minutes); C7 stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether
 a part's runs reached its regime is read from the runs (claims.py), and the report says so part by part.
