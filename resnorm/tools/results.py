@@ -247,7 +247,8 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
            f"`{d['size']}`) from {k['finished']} of {k['runs']} runs ({k['diverged']} diverged, {k['stalled']} "
            f"stalled: learned nothing beyond byte frequencies{_flags(k)}) plus init diagnostics. The runs' own time: "
            f"{k['run_minutes']:.0f} run-minutes; this invocation spent {wall_s / 60:.1f} minutes of wall time "
-           "running and reading them (finished runs are reused; the figures and this page come after). Every number below is read from the runs.", "", design_text(d), "",
+           "running and reading them (finished runs are reused; the figures and this page come after). "
+           "Every number below is read from the runs.", "", design_text(d), "",
            "## Claims", "", *claims_table(by_corpus, d), "",
            "Verdict per part, from the paired per-seed values x (sign-adjusted so the claim predicts x > 0): "
            "**reproduced** if x > 0 in every seed and the mean exceeds 2 standard errors; **not reproduced** if x < 0 "
