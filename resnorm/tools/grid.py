@@ -28,12 +28,13 @@ TAGS = {"": {}, "nofinal": {"model.final_norm": False}, "bf16": {"model.dtype": 
 
 _TINY = {"model.d_model": 32, "model.num_heads": 2, "model.mlp_dim": 64, "data.seq_len": 16,
          "train.batch_size": 4, "data.eval_batches": 2, "model.remat": "none"}
-# --quick: the same pipeline on a d-32 model, 2 seeds, a one-depth map, 2 learning rates, on both corpora: 136 short
-# runs. Report v2's quick grid (92 runs, one corpus) took 10.5 CPU-minutes, 6.8 s a run: about 15.5 CPU-minutes, 8
-# minutes with --jobs=2 on 2 idle cores (v2's ran 3.5x slower on the shared machine). Measured 2026-12-01, evening,
-# idle: 15.3 minutes (the machine ran about 3x slower than v2's yardstick that day: docs/sweeps.md).
+# --quick: the same pipeline on a d-32 model, 2 seeds, a one-depth map, 2 learning rates, on both corpora: 128 short
+# runs. A run is mostly process start and compilation (about 10 s of its 13), so the cost goes with the number of
+# runs. With depths (2, 4, 6) and init depths up to 16 it was 136 runs: measured 15.3 minutes (2026-12-01, evening)
+# and 15.5 (2026-12-02, compilation cache warm) at --jobs=2 on 2 idle cores, over the 15-minute target; C4's depth
+# sweep and C1-C2's init depths lost their largest depth for that.
 QUICK = {"steps": 60, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (3e-3, 3e-2), "ref_lr": 3e-3,
-         "depths": (2, 4, 6), "horizon": 120, "pair_layers": 2, "init_depths": (2, 4, 8, 16),
+         "depths": (2, 4), "horizon": 120, "pair_layers": 2, "init_depths": (2, 4, 8),
          "long": {"layers": 2, "lr": 3e-3, "steps": 150},
          "c3": {"layers": 2, "lr": 3e-2, "steps": 120, "warmup_frac": 0.3},
          "common": {**_TINY, "data.seq_len": 32, "train.batch_size": 8, "data.eval_batches": 4}}
