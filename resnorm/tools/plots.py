@@ -13,6 +13,12 @@ DEPTH_KEYS = (("grad_norm", "gradient norm ||dL/dW||", True), ("act_rms", "input
               ("update_ratio", "||F|| / ||input||", True))
 
 
+def legend(ax, **kw):
+  """ax.legend, unless nothing on the panel is labelled (runs with nothing to draw): matplotlib would warn."""
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(**kw)
+
+
 def _col(rows, key):
   return np.array([np.nan if r.get(key) is None else r[key] for r in rows], dtype=float)
 
@@ -159,8 +165,7 @@ def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
     if tr:
       ax.plot(*zip(*tr), lw=1, label=name)
   ax.set(xlabel="step", ylabel="train loss", title="loss")
-  if ax.get_legend_handles_labels()[0]:  # runs without a logged loss or diagnostics draw nothing to label
-    ax.legend(fontsize=6)
+  legend(ax, fontsize=6)
   paths.append(_save(fig, storage.join(outdir, "sweep_loss.png")))
   for key, label in (("cos_next_median", "median cos(u_l, u_l+1)"), ("grad_norm", "grad norm"),
                      ("act_rms", "input RMS")):
@@ -170,7 +175,6 @@ def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
         rows = res["sublayers"]
         ax.plot(np.arange(len(rows)) / max(len(rows) - 1, 1), _col(rows, key), lw=1, label=name)
     ax.set(xlabel="relative depth", ylabel=label, yscale="linear" if key.startswith("cos") else "log")
-    if ax.get_legend_handles_labels()[0]:
-      ax.legend(fontsize=6)
+    legend(ax, fontsize=6)
     paths.append(_save(fig, storage.join(outdir, f"sweep_{key}.png")))
   return paths

@@ -10,7 +10,7 @@ import numpy as np
 
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
-from resnorm.tools.plots import plt
+from resnorm.tools.plots import legend as _legend, plt
 
 COLORS = {"pre_norm": "C0", "post_norm": "C3", "hc": "C2", "mhc": "C4"}
 
@@ -35,11 +35,6 @@ def _depth_axis(ax, depths):
   ax.set_xscale("log")
   ax.set_xticks(depths, [str(L) for L in depths])
   ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-
-
-def _legend(ax, **kw):
-  if ax.get_legend_handles_labels()[0]:  # a panel whose runs are all missing has nothing to label
-    ax.legend(**kw)
 
 
 def band(ax, x, ys, label=None, **kw):
