@@ -31,6 +31,25 @@ def _loss_steps(wd):
   return [r["step"] for r in map(json.loads, open(os.path.join(wd, "metrics.jsonl"))) if "loss" in r]
 
 
+def _stop(pid, timeout_s=60.0):
+  """SIGSTOP, then wait until every thread of pid is stopped: kill() returns before the kernel has stopped them,
+  and a thread still running (an Orbax save of step 10, say) would change files between the two snapshots."""
+  os.kill(pid, signal.SIGSTOP)
+  deadline = time.monotonic() + timeout_s
+  while True:
+    states = []
+    for tid in os.listdir(f"/proc/{pid}/task"):
+      try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+          states.append(f.read().rpartition(")")[2].split()[0])
+      except FileNotFoundError:  # a thread that has just exited
+        pass
+    if states and all(s in "tTZX" for s in states):
+      return
+    assert time.monotonic() < deadline, f"pid {pid} did not stop: thread states {states}"
+    time.sleep(0.005)
+
+
 @pytest.fixture(scope="module")
 def contested(tmp_path_factory, text_corpus):
   """A run (60 steps) that a second train.py on its workdir meets while the first is at step 12 or later, held
@@ -38,7 +57,7 @@ def contested(tmp_path_factory, text_corpus):
   wd = str(tmp_path_factory.mktemp("live") / "run")
   first = _start(wd, text_corpus)
   _wait_for_step(first, 12)
-  os.kill(first.pid, signal.SIGSTOP)
+  _stop(first.pid)
   try:
     before = _snapshot(wd)
     second = _start(wd, text_corpus)
@@ -51,6 +70,7 @@ def contested(tmp_path_factory, text_corpus):
               after=after)
 
 
+@pytest.mark.integration
 def test_second_launch_on_a_live_workdir_exits_2_and_changes_nothing(contested):
   c, wd = contested, contested["wd"]
   err = c["second_err"]
@@ -67,6 +87,7 @@ def test_second_launch_on_a_live_workdir_exits_2_and_changes_nothing(contested):
   assert not os.path.exists(os.path.join(wd, lock.LOCK_NAME))
 
 
+@pytest.mark.integration
 def test_eval_on_a_live_workdir_writes_only_under_eval(contested, monkeypatch, capfd):
   from resnorm import evaluate
   wd = contested["wd"]
