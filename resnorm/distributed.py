@@ -68,6 +68,8 @@ def _env_setup() -> tuple[str, int, int] | None:
     pid = int(env.get("JAX_PROCESS_ID", "0"))
   except ValueError:
     raise InputError("JAX_NUM_PROCESSES and JAX_PROCESS_ID must be whole numbers") from None
+  if "JAX_NUM_PROCESSES" in given and (num < 1 or not 0 <= pid < num):  # also for one process
+    raise InputError(f"JAX_PROCESS_ID={pid} must be in [0, JAX_NUM_PROCESSES={num})")
   if missing == ["JAX_COORDINATOR_ADDRESS"] and num == 1:
     return None
   if missing:
@@ -77,8 +79,6 @@ def _env_setup() -> tuple[str, int, int] | None:
   host, _, port = addr.rpartition(":")
   if not host or not port.isdigit():
     raise InputError(f"JAX_COORDINATOR_ADDRESS={addr!r} must be host:port (process 0's address)")
-  if num < 1 or not 0 <= pid < num:
-    raise InputError(f"JAX_PROCESS_ID={pid} must be in [0, JAX_NUM_PROCESSES={num})")
   return (addr, num, pid) if num > 1 else None
 
 

@@ -24,6 +24,21 @@ def test_hc_at_paper_init_equals_pre_norm(n, dynamic):
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
 
 
+def test_hc_static_width_connection_reads_stream_k_mod_n_at_init():
+  """HC paper Eq. 14: sublayer k = 2l + {0: attn, 1: mlp} reads stream k mod n (A_m = e_{k mod n}), and A_r = I. At
+  init the streams are identical copies, so the logits cannot see which stream a sublayer reads: only the params do."""
+  n, layers = 4, 3
+  _, params, _, _ = init_and_apply(tiny_config("hc", layers, **{"model.hc.n": n}))
+  for which, offset in (("attn_res", 0), ("mlp_res", 1)):
+    alpha = np.asarray(params["blocks"][which]["static_alpha"])      # [L, n, n+1] = [A_m | A_r]
+    assert alpha.shape == (layers, n, n + 1)
+    for layer in range(layers):
+      want = np.zeros((n, n + 1))
+      want[(2 * layer + offset) % n, 0] = 1.0
+      want[:, 1:] = np.eye(n)
+      np.testing.assert_array_equal(alpha[layer], want, err_msg=f"{which} layer {layer}")
+
+
 def test_mhc_identity_init_equals_pre_norm_exactly():
   """The default init (phi = 0, b_post = 0): streams identical, H_res rows sum to 1, H_pre x absorbed by the block
   norm, so the logits are Pre-Norm's up to the norms' eps."""

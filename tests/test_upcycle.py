@@ -46,6 +46,25 @@ def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus,
   assert json.load(open(os.path.join(wd, "summary.json")))["init_from"] == f"{source}:3"
 
 
+def test_the_new_run_starts_its_own_step_counter_and_schedule(source, tmp_path, text_corpus):
+  """A fresh optimizer: the state's step starts at 0 (the source's 3 would shift the schedule), so the logged lr of
+  step k is the new run's own schedule at k - 1, and the new run's checkpoint holds its own step count."""
+  from resnorm import ckpt, optim, runtime
+  wd = str(tmp_path / "run")
+  cfg = text_config(text_corpus, "hc", **{**RUN, "train.steps": 4, "train.warmup_steps": 2, "train.eval_every": 4,
+                                          "train.ckpt_every": 4, "model.hc.n": 2, "train.init_from": source})
+  assert trainer.train(cfg, wd) == 0
+  lrs = [(r["step"], r["lr"]) for r in _records(wd) if "lr" in r]
+  sched = optim.schedule(cfg.train)
+  want = [(k, float(sched(k - 1))) for k in range(1, 5)]
+  assert want[0][1] == 0.0 and len({lr for _, lr in want}) == 4  # warmup from 0: a shifted schedule shows
+  assert [k for k, _ in lrs] == [k for k, _ in want]
+  for (_, got), (_, w) in zip(lrs, want):
+    assert got == pytest.approx(w, rel=1e-6, abs=1e-12), (lrs, want)
+  state, _ = ckpt.Checkpointer(os.path.join(wd, "checkpoints"), read_only=True).restore(4, runtime.build(cfg).abstract)
+  assert int(state["step"]) == 4
+
+
 REFUSED = [
     ({"model.residual": "post_norm"}, "a pre_norm run and this run is post_norm"),
     ({"model.residual": "hc", "model.num_layers": 3}, "model.num_layers=2 but this run has model.num_layers=3"),
