@@ -3,7 +3,7 @@
 # $(PYTHON). `make test PY=3.12` (any target, any PY with a requirements/lock-pyPY.txt) uses its own .venv-pyPY,
 # made by pythonPY found on PATH or else under $(pyenv root)/versions/PY*/bin/; it fails when there is none.
 PYTHON ?= python3
-# Extra pytest arguments for `make test`, e.g. PYTEST_ARGS="-m 'not integration'" (what .ci/run's 3.12 leg runs).
+# Extra pytest arguments for `make test` and `make test-integration`, e.g. PYTEST_ARGS="-k reference".
 PYTEST_ARGS ?=
 PY ?=
 ifeq ($(PY),)
@@ -23,7 +23,7 @@ FIND_PYTHON = for p in $$(command -v python$(PY)) \
   "$$p" -c 'import sys; sys.exit(sys.version_info[:2] != tuple(map(int, "$(PY)".split("."))))' 2>/dev/null \
     && { echo "$$p"; break; }; done
 
-.PHONY: train test install clean results
+.PHONY: train test test-integration install clean results
 
 install: $(STAMP)
 
@@ -47,9 +47,18 @@ endif
 train: $(STAMP)
 	$(BIN)/python train.py --config=configs/post_norm_96l.py --workdir=runs/post_norm_96l
 
+VERSIONS = $(BIN)/python -c 'import sys, jax, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__)'
+
+# The fast suite: every test not marked integration (tests/README.md).
 test: $(STAMP)
-	@$(BIN)/python -c 'import sys, jax, flax; print("Python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__)'
-	$(BIN)/python -m pytest -q -n 2 $(PYTEST_ARGS) tests
+	@$(VERSIONS)
+	$(BIN)/python -m pytest -q -n 2 -m 'not integration' $(PYTEST_ARGS) tests
+
+# The end-to-end tests: a real SLURM (root, Debian's slurm-wlm), the GCS emulator, several processes, train.py and
+# eval.py as subprocesses, the report pipeline.
+test-integration: $(STAMP)
+	@$(VERSIONS)
+	$(BIN)/python -m pytest -q -n 2 -m integration $(PYTEST_ARGS) tests
 
 clean:
 	rm -rf runs

@@ -1,9 +1,22 @@
 """Shared fixtures: tiny configs and corpora made by the tests themselves (nothing is downloaded)."""
+import atexit
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("RESNORM_COMPILATION_CACHE", "off")  # train.py runs in tests leave ~/.cache alone
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One persistent compilation cache per test run, in a temporary directory that the first process (pytest, or
+# xdist's controller) makes and removes; its workers and every train.py they start inherit it. Tests compile the
+# same tiny steps again and again (a new jitted function per trainer.train, per subprocess), and the cache is keyed
+# by the program, so the repeats load instead of compiling. ~/.cache is left alone.
+CACHE_ENV = "RESNORM_TEST_COMPILATION_CACHE"
+if not os.environ.get(CACHE_ENV):
+  os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="resnorm-test-jax-cache-")
+  atexit.register(shutil.rmtree, os.environ[CACHE_ENV], ignore_errors=True)
+os.environ["RESNORM_COMPILATION_CACHE"] = os.environ[CACHE_ENV]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
@@ -11,18 +24,27 @@ import pytest  # noqa: E402
 jax.config.update("jax_numpy_rank_promotion", "raise")
 # Tests run tiny models: compile time dominates, and XLA's heavy optimizations cost 2-3x of it.
 jax.config.update("jax_disable_most_optimizations", True)
+jax.config.update("jax_compilation_cache_dir", os.environ[CACHE_ENV])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 from configs import tiny as tiny_file  # noqa: E402
 
 
 def pytest_configure(config):
-  config.addinivalue_line("markers", "integration: a slow end-to-end test of orchestration (a real SLURM, the GCS "
-                          "emulator, multi-host sweeps, the report pipeline); .ci/run's 3.12 leg leaves them out")
+  config.addinivalue_line("markers", "integration: a slow end-to-end test (a real SLURM, the GCS emulator, several "
+                          "processes, train.py and eval.py as subprocesses, the report pipeline): `make "
+                          "test-integration` runs them, `make test` the rest")
+
+
+# The longest tests of each target (measured, tests/README.md), started first: one started last would leave the other
+# xdist worker idle while it runs.
+LONGEST = ("test_report_pipeline_at_test_size", "test_two_processes_equal_one", "test_sweep_on_slurm",
+           "test_sharding.py", "test_mhc_streams_separate", "test_paired_init", "test_bench_grid_json")
 
 
 def pytest_collection_modifyitems(config, items):
-  """The integration tests first: each takes minutes, and started last they would leave one xdist worker idle."""
-  items.sort(key=lambda item: item.get_closest_marker("integration") is None)
+  items.sort(key=lambda item: (item.get_closest_marker("integration") is None,
+                               next((i for i, name in enumerate(LONGEST) if name in item.nodeid), len(LONGEST))))
 
 
 def tiny_config(residual="pre_norm", num_layers=2, **over):

@@ -23,6 +23,7 @@ def _text_args(text_corpus):
   return ["--config.data.name=text_files", f"--config.data.paths={text_corpus}"]
 
 
+@pytest.mark.integration
 def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   wd = str(tmp_path / "run")
   r = run("train.py", "--config=configs/tiny.py:mhc", f"--workdir={wd}", *TINY, *_text_args(text_corpus))
@@ -127,6 +128,7 @@ def test_eval_errors(tmp_path):
   assert r.returncode == 2 and "no checkpoints" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.integration
 def test_second_run_loads_compiled_steps_from_the_cache(tmp_path, text_corpus):
   """The persistent compilation cache: a second run of one config compiles nothing new."""
   cache = tmp_path / "cache"

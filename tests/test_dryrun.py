@@ -25,6 +25,7 @@ def dry_run(*args, devices=None):
   return r, r.stdout.strip().splitlines()[-1] if r.stdout.strip() else ""
 
 
+@pytest.mark.integration
 def test_tpu_config_fits_v4_8():
   r, last = dry_run(*TPU_SHAPED, "--target=v4-8")  # a one-device process: re-executes itself on 4 CPU devices
   assert r.returncode == 0, r.stderr[-2000:]
@@ -33,6 +34,7 @@ def test_tpu_config_fits_v4_8():
   assert last.startswith("fits v4-8: yes (") and last.endswith(" of 32.0 GiB per device)"), last
 
 
+@pytest.mark.integration
 def test_too_large_names_what_fits_and_that_fits():
   """A budget between the peaks of one and two micro-batches: exit 2, naming grad_accum=2, which then fits.
   (Peaks measured here: 6.4 MiB at one micro-batch of 8 per device, 3.4 MiB at two, 2.5 with remat=full.)"""

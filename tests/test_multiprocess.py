@@ -23,6 +23,8 @@ import pytest
 
 from test_cli import ENV, ROOT
 
+pytestmark = pytest.mark.integration  # several processes
+
 GUARD = os.path.join(ROOT, "tests", "scripts", "guard")
 HEARTBEAT_S = 8
 KILL_BOUND_S = 60  # heartbeat timeout, then the runtime's error polling, on 2 shared cores

@@ -47,6 +47,7 @@ def uninterrupted(tmp_path_factory, text_corpus):
   return wd
 
 
+@pytest.mark.integration
 def test_sigterm_checkpoints_and_resume_continues(tmp_path, text_corpus, uninterrupted):
   wd = str(tmp_path / "run")
   p = _start(wd, text_corpus)
@@ -65,6 +66,7 @@ def test_sigterm_checkpoints_and_resume_continues(tmp_path, text_corpus, uninter
   assert _losses(wd) == _losses(uninterrupted)
 
 
+@pytest.mark.integration
 def test_kill_9_then_resume_equals_uninterrupted(tmp_path, text_corpus, uninterrupted):
   wd = str(tmp_path / "run")
   p = _start(wd, text_corpus)
@@ -94,6 +96,7 @@ def test_kill_9_then_resume_equals_uninterrupted(tmp_path, text_corpus, uninterr
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.integration
 def test_truncated_checkpoint_falls_back_one_saying_so_in_one_clean_line(tmp_path, text_corpus):
   """The array data of the newest checkpoint truncated (a writer killed mid-save): the resume falls back to the one
   before, and its stderr is exactly one warning line naming the cause. The reads in flight when the first one failed
