@@ -33,8 +33,24 @@ def _one_line(err: Exception) -> str:
   return lines[0] if lines else type(err).__name__
 
 
+HELP = ("--help", "-h", "--helpshort", "-?")
+
+
+def _print_help() -> None:
+  """The script's usage (its docstring) and every flag it defines, with their help (absl's app.run is not used here:
+  parse() turns its errors into one line)."""
+  import sys
+  doc = (sys.modules["__main__"].__doc__ or "").strip()
+  print(f"{doc}\n\nflags:\n{FLAGS.module_help(__name__)}\n\n--config.KEY=VALUE overrides any field of the config "
+        "(configs/base.py defines them).")
+
+
 def parse(argv):
-  """Parses flags; returns the positional args. Raises InputError for any bad flag or config."""
+  """Parses flags; returns the positional args. Raises InputError for any bad flag or config. --help prints the
+  usage and every flag, and exits 0."""
+  if any(a in HELP for a in argv[1:]):
+    _print_help()
+    raise SystemExit(0)
   try:
     rest = FLAGS(argv)
   except flags.Error as e:

@@ -30,12 +30,17 @@ def _expand(path: str) -> str:
   return os.path.expanduser(path)
 
 
+def glob_files(pattern: str) -> list[str]:
+  """What one glob of data.name='text_files' matches, sorted."""
+  return sorted(glob.glob(_expand(pattern)))
+
+
 def _text_files(dcfg, split: str) -> list[np.ndarray]:
   patterns = [p.strip() for p in str(dcfg.paths).split(",") if p.strip()]
   check(patterns, "data.paths is empty; data.name='text_files' needs files or globs (comma-separated)")
   docs = []
   for pat in patterns:
-    matches = sorted(glob.glob(_expand(pat)))
+    matches = glob_files(pat)
     check(matches, f"data.paths: {pat!r} matches no file")
     for path in matches:
       check(os.path.isfile(path), f"data.paths: {path!r} is not a file")

@@ -36,10 +36,22 @@ def cli_main(fn):
 
 
 def run_app(main) -> None:
-  """absl's app.run for a module entry point, with an InputError raised while flags parse -> one line, exit 2."""
-  from absl import app
+  """absl's app.run for a module entry point, with an InputError raised while flags parse -> one line, exit 2.
+  Libraries' INFO lines (jax's probe of backends that are not installed, say) stay off the terminal unless
+  --verbosity is given."""
+  from absl import app, flags, logging
+
+  def quiet_main(argv):
+    if not flags.FLAGS["verbosity"].present:
+      logging.set_verbosity(logging.WARNING)
+    return main(argv)
+
   try:
-    app.run(main)
+    app.run(quiet_main)
+  except SystemExit as e:  # absl ends --help with exit 1; asked-for help is a success, as in train.py and eval.py
+    if e.code == 1 and any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in sys.argv[1:]):
+      sys.exit(0)
+    raise
   except InputError as e:
     print(f"error: {e}", file=sys.stderr, flush=True)
     sys.exit(EXIT_BAD_INPUT)

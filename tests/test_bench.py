@@ -18,6 +18,7 @@ def test_bench_grid_json(tmp_path):
                       "--config.data.seq_len=16", "--config.train.batch_size=2"],
                      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
+  assert r.stderr == ""  # nothing from a library (jax's 'Unable to initialize backend tpu' probe, absl INFO)
   res = json.load(open(out))
   assert res["peak_source"] == "measured_matmul" and res["peak_flops"] > 1e9
   assert [(x["residual"], x["num_layers"]) for x in res["runs"]] == [("pre_norm", 1), ("pre_norm", 2), ("hc", 1),

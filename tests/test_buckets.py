@@ -209,3 +209,38 @@ def test_sweep_runs_skips_and_reports_status_in_a_bucket(gcs, text_corpus, tmp_p
                                                       for row in rows), r.stdout
   r = sweep()
   assert r.returncode == 0 and "2 already done, running 0" in r.stdout, r.stdout + r.stderr[-3000:]
+
+
+UNREACHABLE = {
+    "train": ["train.py", "--config=configs/tiny.py", "--workdir=gs://b/run"],
+    "eval": ["eval.py", "--workdir=gs://b/run"],
+    "generate": ["eval.py", "--workdir=gs://b/run", "--generate=def "],
+    "eval_sweep": ["eval.py", "--sweep=gs://b/runs/*", "--outdir={tmp}/out"],
+    "sweep": ["-m", "resnorm.sweep", "configs/sweeps/smoke.py", "--root=gs://b/runs"],
+}
+
+
+@pytest.mark.parametrize("cmd", list(UNREACHABLE))
+def test_an_unreachable_endpoint_is_one_line_and_quick(tmp_path, text_corpus, cmd):
+  """The store's address set, nothing listening there: one line naming the endpoint, exit 2, well inside 30 s
+  (gcsfs alone retries for about a minute and logs a traceback), and nothing written locally."""
+  import socket
+  import time
+  hold = socket.socket()  # bound, never listening: connections are refused, and no other test can take the port
+  hold.bind(("127.0.0.1", 0))
+  url = f"http://127.0.0.1:{hold.getsockname()[1]}"
+  env = {**ENV, "STORAGE_EMULATOR_HOST": url, "TENSORSTORE_GCS_HTTP_URL": url, "GOOGLE_AUTH_TOKEN_FOR_TESTING": "t",
+         "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "RESNORM_SMOKE_DATA": text_corpus}
+  argv = [a.format(tmp=tmp_path) for a in UNREACHABLE[cmd]]
+  argv[0] = os.path.join(ROOT, argv[0]) if argv[0].endswith(".py") else argv[0]
+  t0 = time.monotonic()
+  try:
+    r = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  finally:
+    hold.close()
+  took = time.monotonic() - t0
+  lines = [l for l in r.stderr.splitlines() if l.strip()]
+  assert r.returncode == 2 and len(lines) == 1, (cmd, r.returncode, r.stderr[-3000:])
+  assert lines[0].startswith("error: gs://b/") and f"the storage endpoint {url} cannot be reached" in lines[0]
+  assert took < 30, took
+  assert not (tmp_path / "out").exists()

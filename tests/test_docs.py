@@ -314,3 +314,49 @@ def test_the_checkers_see_what_they_check():
                                                                           "https://x.y"]
   assert slug("Memory plan: `--dry_run --target=NAME`") == "memory-plan---dry_run---targetname"
   assert {"dry_run", "target"} <= script_flags()["train.py"] and "dry_run" not in script_flags()["eval.py"]
+
+
+HELP_PAGES = ("README.md", "docs/usage.md")
+COMMANDS = {"train.py": ["train.py"], "eval.py": ["eval.py"], "resnorm.sweep": ["-m", "resnorm.sweep"],
+            "resnorm.results": ["-m", "resnorm.results"], "resnorm.bench": ["-m", "resnorm.bench"]}
+
+
+@pytest.fixture(scope="module")
+def help_texts():
+  """Each command's --help, run as a user runs it."""
+  import subprocess
+  import sys
+  out = {}
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  for name, argv in COMMANDS.items():
+    r = subprocess.run([sys.executable, *argv, "--help"], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)
+    out[name] = (r.returncode, r.stdout + r.stderr)
+  return out
+
+
+def test_help_lists_every_flag_the_docs_give_each_command(help_texts):
+  """`--help` of every command the README and docs/usage.md run lists each flag they give it, with its help."""
+  used = {}
+  for page in HELP_PAGES:
+    for script, flag in named_commands(split_code(read(page))[1]):
+      used.setdefault(script, set()).add(flag)
+  assert set(used) <= set(COMMANDS), set(used) - set(COMMANDS)
+  assert {"train.py", "eval.py", "resnorm.sweep", "resnorm.results"} <= set(used)  # the checker sees the commands
+  missing = []
+  for script, flags in sorted(used.items()):
+    rc, text = help_texts[script]
+    assert rc == 0, (script, text[-1500:])
+    missing += [f"{script} --{f}" for f in sorted(flags - absl_flags())
+                if not re.search(rf"--(\[no\])?{re.escape(f)}: \S", text)]
+  assert not missing, f"--help does not list: {missing}"
+
+
+def test_help_lists_the_flags_defined_in_other_modules(help_texts):
+  """The flags a command takes from a shared module (resnorm.tools.sweep_flags, resnorm.tools.slurm) are listed."""
+  for name in ("resnorm.sweep", "resnorm.results"):
+    text = help_texts[name][1]
+    for flag in ("root", "jobs", "launcher", "slurm.partition", "slurm.time"):
+      assert re.search(rf"--{re.escape(flag)}: \S", text), (name, flag)
+  assert "--residuals:" in help_texts["resnorm.bench"][1] and "--dry_run:" not in help_texts["eval.py"][1]
+  assert "--[no]dry_run:" in help_texts["train.py"][1] and "--generate:" in help_texts["eval.py"][1]

@@ -90,3 +90,17 @@ def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   for c in d["corpora"]:
     drawn = sorted(os.listdir(tmp_path / "out" / "figures" / c))
     assert len(drawn) == len(set(drawn)) >= len(results.figs.FIGURES), drawn
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_data_that_matches_nothing_starts_and_writes_nothing(tmp_path, launcher):
+  """--data_paths matching no file: the 120-run design is refused in one line before the first run starts or the
+  first job is queued; neither the root nor the report directory is created."""
+  root, out = tmp_path / "runs", tmp_path / "out"
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--scale=tpu", f"--launcher={launcher}",
+                      f"--root={root}", f"--out={out}", f"--data_paths={tmp_path}/nomatch/*.json.gz"],
+                     cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  lines = r.stderr.strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: point "), r.stderr[-2000:]
+  assert f"'{tmp_path}/nomatch/*.json.gz' matches no file" in lines[0]
+  assert not root.exists() and not out.exists()

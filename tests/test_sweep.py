@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from test_cli import ENV, ROOT
 
 
@@ -32,11 +34,13 @@ def test_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
   assert p.wait(timeout=120) == 1 and "Traceback" not in err and "BrokenPipe" not in err, err[-2000:]
 
 
+@pytest.mark.integration
 def test_smoke_sweep_runs_skips_and_reports(tmp_path, text_corpus):
   env = {**ENV, "RESNORM_SMOKE_DATA": text_corpus}
   root = tmp_path / "runs"
   r = sweep("configs/sweeps/smoke.py", f"--root={root}", "--jobs=2", env=env)
   assert r.returncode == 0, r.stdout + r.stderr
+  assert r.stderr == ""  # nothing from a library: each point's output goes to its log
   assert "smoke-hc: completed" in r.stdout
   r = sweep("configs/sweeps/smoke.py", f"--root={root}", env=env)
   assert "2 already done, running 0" in r.stdout
@@ -62,3 +66,57 @@ def test_empty_glob_is_an_input_error(tmp_path):
   r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--sweep={tmp_path}/none*",
                       f"--outdir={tmp_path}/o"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "matches no run directory" in r.stderr
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm", "tpu"])
+def test_a_point_train_py_would_refuse_stops_the_sweep_before_anything_is_written(tmp_path, launcher):
+  """Every point is built and checked first: a data glob that matches nothing is one line and exit 2, with no
+  point started, no job submitted and nothing written under --root."""
+  root = tmp_path / "runs"
+  r = sweep("configs/sweeps/smoke.py", f"--root={root}", f"--launcher={launcher}",
+            env={**ENV, "RESNORM_SMOKE_DATA": str(tmp_path / "nomatch*.txt")})
+  lines = r.stderr.strip().splitlines()
+  assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+  assert lines[0] == (f"error: point 'smoke-pre_norm': data.paths: '{tmp_path}/nomatch*.txt' matches no file "
+                      "(nothing was started or written)")
+  assert not root.exists()
+
+
+def test_bad_values_and_keys_of_a_point_are_refused_up_front(tmp_path):
+  from resnorm.errors import InputError
+  from resnorm.tools import preflight
+  good = {"config": "configs/tiny.py:hc", "name": "ok", "overrides": {"train.steps": 4}}
+  preflight.check_points([good], ROOT)
+  for over, msg in [({"train.lr": 0.0}, "train.lr=0.0 must be > 0"), ({"model.nope": 1}, "model.nope"),
+                    ({"model.num_layers": "many"}, "model.num_layers"),
+                    ({"data.name": "files", "data.paths": str(tmp_path / "x*.json")}, "matches no file")]:
+    with pytest.raises(InputError, match="point 'bad': .*" + msg.replace(".", r"\.").replace("*", r"\*")):
+      preflight.check_points([good, {**good, "name": "bad", "overrides": over}], ROOT)
+  with pytest.raises(InputError, match="point 'ok': model.residual='nope' is unknown"):
+    preflight.check_points([{**good, "config": "configs/tiny.py:nope"}], ROOT)
+  broken = tmp_path / "broken.py"
+  broken.write_text("def get_config(arg=None):\n  raise ValueError('no such scale')\n")
+  with pytest.raises(InputError, match=f"config '{broken}:x' does not load: ValueError: no such scale"):
+    preflight.check_points([{**good, "config": f"{broken}:x"}], ROOT)
+
+
+def test_every_shipped_sweep_passes_its_own_preflight():
+  from resnorm.tools import preflight
+  from resnorm.tools.sweep import load_points
+  for name in ("smoke", "placements", "depth", "stability", "results"):
+    preflight.check_points(load_points(os.path.join(ROOT, "configs", "sweeps", f"{name}.py")), ROOT)
+
+
+def test_slurm_without_sbatch_writes_nothing(tmp_path, text_corpus):
+  root = tmp_path / "runs"
+  r = sweep("configs/sweeps/smoke.py", f"--root={root}", "--launcher=slurm",
+            env={**ENV, "RESNORM_SMOKE_DATA": text_corpus, "PATH": os.path.dirname(sys.executable)})
+  lines = r.stderr.strip().splitlines()
+  assert r.returncode == 2 and lines == ["error: --launcher=slurm: sbatch is not on PATH (run on a SLURM login node)"], \
+      r.stderr[-2000:]
+  assert not root.exists()
+
+
+def test_sweep_prints_nothing_from_a_library(tmp_path):
+  r = sweep("configs/sweeps/depth.py", f"--root={tmp_path}", "--dry_run")
+  assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -130,9 +130,13 @@ def array_spec(indices: list[int], concurrency: int) -> str:
   return ",".join(map(str, indices)) + (f"%{concurrency}" if concurrency else "")
 
 
+def require_sbatch() -> None:
+  check(shutil.which("sbatch"), "--launcher=slurm: sbatch is not on PATH (run on a SLURM login node)")
+
+
 def submit(path: str, root: str, indices: list[int], names: list[str], concurrency: int) -> str:
   """sbatch --array; records the array job id and its points in ROOT/slurm_jobs.jsonl. Returns the job id."""
-  check(shutil.which("sbatch"), "--launcher=slurm: sbatch is not on PATH (run on a SLURM login node)")
+  require_sbatch()
   r = subprocess.run(["sbatch", "--parsable", f"--array={array_spec(indices, concurrency)}", path],
                      capture_output=True, text=True)
   check(r.returncode == 0, f"sbatch failed (exit {r.returncode}): {(r.stderr or r.stdout).strip()[:500]}")

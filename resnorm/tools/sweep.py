@@ -21,7 +21,7 @@ from absl import flags
 
 from resnorm import configkeys, storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
-from resnorm.tools import slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags defines --root --jobs --launcher)
+from resnorm.tools import preflight, slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags defines --root --jobs --launcher)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 FLAGS = flags.FLAGS
@@ -90,6 +90,8 @@ def _run(point, root) -> tuple[str, int]:
 def _slurm(points: list[dict], root: str, sweep_file: str) -> int:
   """Writes points.json and sweep.sbatch; submits the points neither done nor queued/running as one array."""
   opts = slurm.options()
+  if not FLAGS.dry_run:
+    slurm.require_sbatch()  # before the script is written: nothing lands in ROOT on a machine without SLURM
   path = slurm.write(points, [command(p, root) for p in points], root, ROOT, opts, sweep_file)
   if FLAGS.dry_run:
     print(open(path).read(), end="")
@@ -117,6 +119,7 @@ def main(argv) -> int:
   if FLAGS.status:
     print(sweep_status.table(points, root)[1])
     return 0
+  preflight.check_points(points, ROOT)  # every point's config and data, before anything starts or is written
   if FLAGS.launcher == "slurm":
     return _slurm(points, root, argv[1])
   if FLAGS.launcher == "tpu":
