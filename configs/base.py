@@ -25,7 +25,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mlp_dim = 256                   # MLP hidden width
   m.vocab_size = 320                # 256 bytes + BOS (256) + PAD (257), padded to a multiple of 64
   m.max_len = 4096                  # longest sequence for pos='learned'
-  m.norm = "layernorm"              # layernorm | rmsnorm
+  m.norm = "layernorm"              # layernorm | rmsnorm | dyt (DyT, norm-free: gamma * tanh(alpha x); model.dyt)
   m.norm_eps = 1e-5                 # eps of every block / final norm
   m.norm_stats_dtype = "float32"    # float32 | compute: norm statistics in float32 (default) or the compute dtype
   m.final_norm = True               # the variant's final norm before the head, if it has one (False: ablation)
@@ -39,6 +39,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.kernels = "auto"                # auto (xla_cpu on the CPU, else reference) | xla_cpu | reference (resnorm.kernels)
   m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
                                     # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
+  m.dyt = ml_collections.ConfigDict()
+  m.dyt.alpha_attn = 1.0            # DyT alpha init, attention-side norms (and QKV norms); authors' LLaMA code default
+  m.dyt.alpha_ffn = 1.0             # DyT alpha init, FFN-side and every other norm (their 7B recipe: 0.8 / 0.2 / 0.2)
+  m.dyt.alpha_final = 1.0           # DyT alpha init, the final norm before the head
+  m.dyt.bias = False                # DyT beta (the paper's ViT form has it; the LLaMA recipe drops it)
   m.hc = ml_collections.ConfigDict()
   m.hc.n = 4                        # HC expansion rate (number of streams)
   m.hc.dynamic = True               # DHC (input-dependent mixing) vs SHC (static)
@@ -46,6 +51,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.hc.s_alpha = 0.01               # init of the learnable scale s_alpha of the dynamic alpha
   m.hc.s_beta = 0.01                # init of the learnable scale s_beta of the dynamic beta
   m.hc.out_init_scale = 1.0         # factor on attn-out / MLP-out init (paper's ambiguous sqrt(n); 1.0 = off)
+  m.frac_hc = ml_collections.ConfigDict()
+  m.frac_hc.m = 4                   # Frac-Connections: fractions of d/m features (m = 1: HC with n = 1)
+  m.frac_hc.dynamic = True          # input-dependent mixing (as hc.dynamic)
+  m.frac_hc.tanh = True             # tanh on the dynamic terms
+  m.frac_hc.s_alpha = 0.01          # init of the scale of the dynamic alpha
+  m.frac_hc.s_beta = 0.01           # init of the scale of the dynamic beta
   m.mhc = ml_collections.ConfigDict()
   m.mhc.n = 4                       # mHC expansion rate
   m.mhc.sinkhorn_iters = 20         # Sinkhorn-Knopp iterations t_max

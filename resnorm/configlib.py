@@ -13,7 +13,7 @@ from resnorm.errors import InputError, check
 REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.REMAT_POLICIES, plus none
 SCHEDULES = ("cosine", "linear", "rsqrt", "constant")                # resnorm.optim.schedule
 CHOICES = {
-    "model.norm": ("layernorm", "rmsnorm"),
+    "model.norm": ("layernorm", "rmsnorm", "dyt"),
     "model.norm_stats_dtype": ("float32", "compute"),
     "model.final_norm": (True, False),
     "model.dtype": ("float32", "bfloat16"),
@@ -31,11 +31,18 @@ ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernel
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 # The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
+# Sections added after runs were recorded: a stored config without one gets configs/base.py's (none of its runs
+# used the norm or the variant it configures).
+ADDED_SECTIONS = ("dyt", "frac_hc")
+# Sections that configure a norm kind rather than a variant: compared when the model uses that norm.
+NORM_SECTIONS = {"dyt": "dyt"}
 
 
 def _with_added(model: dict) -> dict:
   """A stored model config (JSON dict) with the fields it predates (ADDED_MODEL_FIELDS, ADDED_VARIANT_FIELDS)."""
   out = {**ADDED_MODEL_FIELDS, **model}
+  for section in ADDED_SECTIONS:
+    out.setdefault(section, configkeys._known()["model"][section])  # noqa: SLF001
   for section, fields in ADDED_VARIANT_FIELDS.items():
     if isinstance(out.get(section), dict):
       out[section] = {**fields, **out[section]}
@@ -123,6 +130,9 @@ def from_json(d: dict) -> ml_collections.ConfigDict:
   for key, val in ADDED_MODEL_FIELDS.items():
     if key not in cfg.model:
       cfg.model[key] = val
+  for section in ADDED_SECTIONS:
+    if "model" in cfg and section not in cfg.model:
+      cfg.model[section] = configkeys._known()["model"][section]  # noqa: SLF001
   for section, fields in ADDED_VARIANT_FIELDS.items():
     for key, val in fields.items():
       if section in cfg.model and key not in cfg.model[section]:
@@ -142,8 +152,8 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
       continue
     a, b = have.get(key), want.get(key)
     if isinstance(a, dict) and isinstance(b, dict):
-      if key != want.get("residual"):
-        continue  # another variant's settings do not affect this model
+      if key != want.get("residual") and NORM_SECTIONS.get(key) != want.get("norm"):
+        continue  # another variant's (or norm kind's) settings do not affect this model
       diff = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), None)
       if diff is None:
         continue

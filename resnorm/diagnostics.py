@@ -40,6 +40,20 @@ def sublayer_grad_sumsq(grads, cfg) -> jax.Array:
   return jnp.concatenate(per_segment)
 
 
+def norm_alpha(params, cfg) -> jax.Array | None:
+  """[S] DyT's learned alpha of each sublayer's own norm (`attn_norm`, `mlp_norm`), in depth order; None unless
+  model.norm=dyt and the sublayers have norms (the learned-parameter tap of docs/diagnostics.md)."""
+  if cfg.model.norm != "dyt":
+    return None
+  per_segment = []
+  for tree, length, _ in _segment_trees(flax.core.unfreeze(params), cfg):
+    if not all(f"{kind}_norm" in tree for kind in KINDS):
+      return None
+    cols = [jnp.reshape(tree[f"{kind}_norm"]["alpha"], (length,)).astype(jnp.float32) for kind in KINDS]
+    per_segment.append(jnp.stack(cols, axis=1).reshape(-1))
+  return jnp.concatenate(per_segment)
+
+
 def composite_gains(mix_SBTnn: jax.Array) -> dict:
   """Amax gains of the composite residual mixing, averaged over tokens (mHC Fig. 7).
 

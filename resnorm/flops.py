@@ -5,10 +5,11 @@ Training FLOPs per token = 3 x forward (backward = 2 x forward). Forward per tok
 layer (full T x T, the PaLM convention; causal masking is not subtracted) + the variant's own terms (HC/mHC mixing).
 """
 from resnorm import residual
+from resnorm.norms import num_params
 
 
 def _norm_size(m) -> int:
-  return m.d_model * (2 if m.norm == "layernorm" else 1)
+  return num_params(m, m.d_model)
 
 
 def param_count(m) -> int:

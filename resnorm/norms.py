@@ -1,8 +1,15 @@
-"""LayerNorm and RMSNorm over the last axis, with float32 statistics by default.
+"""The norm kinds, over the last axis: LayerNorm, RMSNorm, and DyT (a norm-free stand-in), float32 by default.
 
 `model.norm_stats_dtype`: `float32` (default) computes mean, variance and the normalization in float32 whatever
 the compute dtype, and casts the output back; `compute` keeps them in the compute dtype (an ablation: what bfloat16
-norm statistics do to training).
+norm statistics do to training). DyT has no statistics; the same setting picks the dtype of its tanh.
+
+DyT, "Transformers without Normalization" (Zhu, Chen, He, LeCun, Liu, CVPR 2025, arXiv 2503.10622), Eq. 1:
+DyT(x) = gamma * tanh(alpha * x) + beta, alpha one learnable scalar, gamma (init 1) and beta (init 0) per channel.
+The authors' LLaMA recipe (facebookresearch/DyT, other_tasks/LLaMA) drops beta and gives alpha three inits: the
+attention-side DyT, the FFN-side one and the final one before the head (`model.dyt.alpha_attn`, `alpha_ffn`,
+`alpha_final`). A norm's side is read off its name: attention-side for `attn_norm` and the QKV norms, final for
+`final_norm`, FFN-side ("the other locations") for the rest.
 """
 import flax.linen as nn
 import jax
@@ -39,5 +46,42 @@ class Norm(nn.Module):
     return y.astype(x.dtype)
 
 
-def make_norm(cfg, name: str) -> Norm:
+class DyT(nn.Module):
+  """gamma * tanh(alpha * x) [+ beta]: elementwise, so it needs no statistic over the features."""
+  alpha_init: float = 0.5
+  bias: bool = False
+  float32: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    d = x.shape[-1]
+    xs = x.astype(jnp.float32) if self.float32 else x
+    alpha = self.param("alpha", nn.initializers.constant(self.alpha_init), ()).astype(xs.dtype)
+    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
+    y = jnp.tanh(alpha * xs) * last_axis(scale, x.ndim).astype(xs.dtype)
+    if self.bias:
+      y = y + last_axis(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,)),
+                        x.ndim).astype(xs.dtype)
+    return y.astype(x.dtype)
+
+
+def dyt_side(name: str | None) -> str:
+  """attn | final | ffn: which of the recipe's alpha inits a norm of this name takes."""
+  name = name or ""
+  if name.startswith("attn") or name.startswith(("q_", "k_", "v_", "qkv")):
+    return "attn"
+  return "final" if name.startswith("final") else "ffn"
+
+
+def make_norm(cfg, name: str | None) -> nn.Module:
+  if cfg.norm == "dyt":
+    return DyT(alpha_init=cfg.dyt[f"alpha_{dyt_side(name)}"], bias=cfg.dyt.bias,
+               float32=cfg.norm_stats_dtype == "float32", name=name)
   return Norm(kind=cfg.norm, eps=cfg.norm_eps, stats_float32=cfg.norm_stats_dtype == "float32", name=name)
+
+
+def num_params(cfg, width: int) -> int:
+  """Params of one norm over `width` features: LayerNorm scale and bias, RMSNorm scale, DyT scale (+ bias) + alpha."""
+  if cfg.norm == "dyt":
+    return width * (2 if cfg.dyt.bias else 1) + 1
+  return width * (2 if cfg.norm == "layernorm" else 1)

@@ -153,6 +153,9 @@ def make_diag_fn(cfg, mcfg):
     grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
     out = {"stats": diagnostics.tap_stats(taps), "grad_sumsq": diagnostics.sublayer_grad_sumsq(grads, cfg),
            "angular": diagnostics.angular_distance(taps["u"])}
+    alpha = diagnostics.norm_alpha(params, cfg)
+    if alpha is not None:
+      out["stats"]["dyt_alpha"] = alpha
     if "mix" in taps:
       out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
     return out

@@ -9,8 +9,10 @@ Allowed, from a checkpoint of WORKDIR (STEP, or its newest):
   factor n of the stream sum (docs/variants.md section 2);
 - `pre_norm` -> `mhc` with `model.mhc.init=identity` (or `uniform` with `alpha_init=0`): with a x' phi = 0 and
   b_post = 0 the streams stay copies, H_res rows sum to 1 and the block norm absorbs the scale of H_pre x
-  (section 3).
-In both upcycling cases the Pre-Norm params (embedding, attention, MLP, norms, head) keep their paths and shapes, and
+  (section 3);
+- `pre_norm` -> `frac_hc`, any m, static or dynamic: A_m = A_r = I, B = 1 and W = 0 make every block
+  x + F(N(x)) reassembled from its fractions (section 8).
+In every upcycling case the Pre-Norm params (embedding, attention, MLP, norms, head) keep their paths and shapes, and
 the new variant's own params keep their fresh init. Every other model field must be equal, except the runtime
 fields (dtype, remat, kernels) and `init`, which only decides draws the source params replace. Anything else is
 refused with exit 2 and one line saying why, before the new workdir is touched.
@@ -28,6 +30,7 @@ from resnorm.errors import InputError, check
 UPCYCLES = {
     ("pre_norm", "hc"): lambda m: True,
     ("pre_norm", "mhc"): lambda m: m.mhc.init == "identity" or (m.mhc.init == "uniform" and m.mhc.alpha_init == 0),
+    ("pre_norm", "frac_hc"): lambda m: True,
 }
 INIT_ONLY_FIELDS = ("init",)
 
@@ -55,7 +58,8 @@ def _compare(src: dict, dst: dict, where: str, sections: bool) -> None:
     if key in configlib.RUNTIME_MODEL_FIELDS or key in INIT_ONLY_FIELDS or key == "residual":
       continue
     if isinstance(a, dict) or isinstance(b, dict):
-      if not sections or key != dst["residual"]:
+      own = sections and key == dst["residual"]
+      if not own and configlib.NORM_SECTIONS.get(key) != dst.get("norm"):
         continue  # another variant's settings, or the upcycled variant's own (checked by UPCYCLES)
       diff = next((k for k in sorted(set(a or {}) | set(b or {})) if (a or {}).get(k) != (b or {}).get(k)), None)
       if diff is None:

@@ -73,7 +73,11 @@ def _field(cfg, dotted):
 
 def norm(x, p, kind, eps):
   """LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * scale + bias; RMSNorm (Zhang & Sennrich 2019):
-  x / sqrt(mean(x^2) + eps) * scale, no bias. Both over the last axis."""
+  x / sqrt(mean(x^2) + eps) * scale, no bias. Both over the last axis. DyT (Zhu et al. 2025, Eq. 1), elementwise:
+  scale * tanh(alpha x) + bias, alpha a scalar, the bias only where the params have one (`model.dyt.bias`)."""
+  if kind == "dyt":
+    y = np.tanh(p["alpha"] * x) * p["scale"]
+    return y + p["bias"] if "bias" in p else y
   if kind == "layernorm":
     mu = x.mean(-1, keepdims=True)
     var = ((x - mu) ** 2).mean(-1, keepdims=True)
@@ -202,6 +206,32 @@ def hc(h, c):
   return np.einsum("btij,btid->btjd", a_r, h) + beta[..., None] * y[:, :, None, :]
 
 
+def frac_hc(x, c):
+  """Frac-Connections (Zhu et al. 2025, arXiv 2503.14125): HC's connections between m fractions of one state.
+  x [B, T, D] is read as H [B, T, m, D/m], fraction i = features i*D/m .. (i+1)*D/m - 1.
+
+  alpha = [A_m | A_r] (m x 2m) and beta = B (m); dynamic: row i of alpha and entry i of beta gain
+  s tanh(norm(H_i) W) from fraction i alone (per-fraction `stream_norm`). The branch input is the whole vector
+  x_in = concat_j (sum_i A_m[i, j] H_i); the output Y = F(N(x_in)) is cut into the same fractions, and
+  H'_j = sum_i A_r[i, j] H_i + B_j Y_j.
+  """
+  fc, res = c.cfg["frac_hc"], c.res
+  m = int(fc["m"])
+  b, t, d = x.shape
+  h = x.reshape(b, t, m, d // m)
+  alpha = res["static_alpha"][None, None]      # [1, 1, m, 2m]
+  beta = res["static_beta"][None, None]        # [1, 1, m]
+  if fc["dynamic"]:
+    act = np.tanh if fc["tanh"] else (lambda z: z)
+    hbar = c.norm(h, res["stream_norm"])
+    alpha = alpha + res["s_alpha"] * act(hbar @ res["w_alpha"])
+    beta = beta + res["s_beta"] * act(hbar @ res["w_beta"])
+  a_m, a_r = alpha[..., :m], alpha[..., m:]
+  x_in = np.einsum("btij,btif->btjf", a_m, h).reshape(b, t, d)
+  y = c.f(c.n(x_in)).reshape(b, t, m, d // m)
+  return (np.einsum("btij,btif->btjf", a_r, h) + beta[..., None] * y).reshape(b, t, d)
+
+
 def sinkhorn(logits, iters):
   """Sinkhorn-Knopp (mHC Eq. 9): M_0 = exp(logits), M_t = T_r(T_c(M_{t-1})): every column divided by its sum,
   then every row by its sum, `iters` times. Rows are normalized last, so row sums are exactly 1."""
@@ -261,6 +291,7 @@ VARIANTS = {
     "mix_ln": (None, lambda cfg: 0, True, True, _mix_ln_segments),
     "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),
     "mhc": (mhc, lambda cfg: cfg["mhc"]["n"], True, True, None),
+    "frac_hc": (frac_hc, lambda cfg: 0, True, True, None),
 }
 # Placements whose state, hooks or head do not fit the table above: their whole forward pass is in
 # tests/np_reference_placements.py (built on the layers here).

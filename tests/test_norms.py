@@ -69,3 +69,71 @@ def test_model_under_bf16_reduces_only_in_float32(name):
                                                           "model.norm_stats_dtype": "compute"}))
   jaxpr = jax.make_jaxpr(lambda p: LM(ablate).apply({"params": p}, tokens))(params).jaxpr
   assert "bfloat16" in _reduction_dtypes(jaxpr)
+
+
+def _tanh_dtypes(jaxpr) -> list:
+  """The operand dtype of every tanh in a jaxpr, sub-jaxprs included (the MLP's GELU has one per layer)."""
+  out = [str(e.invars[0].aval.dtype) for e in jaxpr.eqns if e.primitive.name == "tanh"]
+  for e in jaxpr.eqns:
+    for sub in _sub_jaxprs(e.params.values()):
+      out += _tanh_dtypes(sub)
+  return out
+
+
+def test_dyt_is_the_papers_elementwise_form_in_float32_under_bf16():
+  """DyT (Zhu et al. 2025, Eq. 1): scale * tanh(alpha x) (+ bias), against float64; its tanh in float32 under
+  bfloat16 compute unless model.norm_stats_dtype=compute."""
+  from resnorm.norms import DyT
+  x = (jax.random.normal(jax.random.key(0), (4, 64)) * 3).astype(jnp.bfloat16)
+  rng = np.random.default_rng(0)
+  params = {"alpha": jnp.asarray(0.7), "scale": jnp.asarray(rng.standard_normal(64), jnp.float32),
+            "bias": jnp.asarray(rng.standard_normal(64), jnp.float32)}
+  y = DyT(alpha_init=0.5, bias=True).apply({"params": params}, x)
+  x64 = np.asarray(x, np.float64)
+  want = np.tanh(0.7 * x64) * np.asarray(params["scale"], np.float64) + np.asarray(params["bias"], np.float64)
+  assert y.dtype == jnp.bfloat16 and np.max(np.abs(np.asarray(y, np.float64) - want)) < 0.02 * np.abs(want).max()
+  # in the model: the scanned block's two DyTs and the final one, besides the GELU's tanh in the compute dtype
+  tokens = jnp.zeros((2, 16), jnp.int32)
+  for stats, f32_count in (("float32", 3), ("compute", 0)):
+    mcfg = configlib.model_config(tiny_config("pre_norm", 2, **{"model.dtype": "bfloat16", "model.norm": "dyt",
+                                                                "model.kernels": "reference",
+                                                                "model.norm_stats_dtype": stats}))
+    p = jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"]
+    dtypes = _tanh_dtypes(jax.make_jaxpr(lambda q: LM(mcfg).apply({"params": q}, tokens))(p).jaxpr)
+    assert dtypes.count("float32") == f32_count and len(dtypes) == 4, (stats, dtypes)
+
+
+def test_dyt_alpha_init_follows_the_side_of_each_norm():
+  """The LLaMA recipe's three inits: attention-side (attn_norm, the QKV norms), FFN-side (mlp_norm and the rest),
+  final; gamma = 1, no beta unless model.dyt.bias."""
+  import flax
+  over = {"model.norm": "dyt", "model.dyt.alpha_attn": 0.8, "model.dyt.alpha_ffn": 0.2, "model.dyt.alpha_final": 0.3}
+  cases = {"pre_norm": {}, "hybrid_norm": {"model.hybrid_norm.first_pre_norm": True}, "hc": {"model.hc.n": 2}}
+  for name, extra in cases.items():
+    mcfg = configlib.model_config(tiny_config(name, 2, **over, **extra))
+    params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+    alphas = {"/".join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(params).items()
+              if k[-1] == "alpha"}
+    assert alphas, name
+    for path, a in alphas.items():
+      leaf = path.split("/")[-2]
+      want = 0.3 if leaf == "final_norm" else 0.8 if leaf.startswith(("attn", "q_", "k_", "v_")) else 0.2
+      np.testing.assert_array_equal(a, np.full(a.shape, want, np.float32), err_msg=f"{name} {path}")
+    assert not any(k[-1] == "bias" for k in flax.traverse_util.flatten_dict(params) if "norm" in "/".join(k)), name
+    assert name != "hybrid_norm" or any("q_norm" in p for p in alphas)
+
+
+def test_every_placement_runs_norm_free_but_ngpt_is_refused():
+  """model.norm=dyt under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace) refused."""
+  from resnorm import residual
+  from resnorm.errors import InputError
+  from conftest import init_and_apply
+  for name in sorted({v.name for v in residual.REGISTRY.values()}):
+    cfg = tiny_config(name, 2, **{"model.norm": "dyt"})
+    if name == "ngpt":
+      with pytest.raises(InputError, match="nGPT has no LayerNorm for DyT to replace"):
+        configlib.validate(cfg)
+      continue
+    configlib.validate(cfg)
+    _, _, _, logits = init_and_apply(cfg)
+    assert np.isfinite(np.asarray(logits)).all(), name

@@ -41,8 +41,10 @@ LOGIT_TOL, LOSS_TOL, GRAD_RTOL, GRAD_ATOL, GRAD_FLOOR = 1e-4, 1e-5, 2e-3, 1e-3, 
 # `nofinal` (model.final_norm=False): the multi-stream variants' sum over the streams reaches the head unnormalized,
 # so a mean in its place (which the final norm would cancel) is seen.
 CASES = {
-    "post_norm": [("learned-ln", 2, {"model.pos": "learned"})],
-    "pre_norm": [("rope-rms-tied", 2, {"model.norm": "rmsnorm", "model.tie_embed": True})],
+    "post_norm": [("learned-ln", 2, {"model.pos": "learned"}),
+                  ("dyt-bias-3l", 3, {"model.norm": "dyt", "model.dyt.bias": True})],
+    "pre_norm": [("rope-rms-tied", 2, {"model.norm": "rmsnorm", "model.tie_embed": True}),
+                 ("dyt", 2, {"model.norm": "dyt", "model.dyt.alpha_attn": 0.8, "model.dyt.alpha_ffn": 0.2})],
     "peri_norm": [("rope-ln", 2, {})],
     "deepnorm": [("rope-rms-3l", 3, {"model.norm": "rmsnorm"})],
     "rezero": [("learned", 2, {"model.pos": "learned"})],
@@ -52,19 +54,27 @@ CASES = {
            ("static-n4-rms-learned", 2, {"model.hc.n": 4, "model.hc.dynamic": False, "model.norm": "rmsnorm",
                                          "model.pos": "learned"}),
            ("dyn-n1-rms", 2, {"model.hc.n": 1, "model.norm": "rmsnorm"}),
-           ("dyn-notanh-n2-nofinal", 2, {"model.hc.n": 2, "model.hc.tanh": False, "model.final_norm": False})],
+           ("dyn-notanh-n2-nofinal", 2, {"model.hc.n": 2, "model.hc.tanh": False, "model.final_norm": False}),
+           ("dyn-n2-dyt", 2, {"model.hc.n": 2, "model.norm": "dyt"})],
+    # Frac-Connections: fractions of d/m (d 32: m 4 of 8 features, m 2 of 16), static and dynamic, m = 1 under DyT
+    "frac_hc": [("dyn-m4-ln", 2, {"model.frac_hc.m": 4}),
+                ("static-m2-rms-learned", 2, {"model.frac_hc.m": 2, "model.frac_hc.dynamic": False,
+                                              "model.norm": "rmsnorm", "model.pos": "learned"}),
+                ("dyn-m1-notanh-dyt", 2, {"model.frac_hc.m": 1, "model.frac_hc.tanh": False, "model.norm": "dyt"})],
     # it2: few iterations, so the column / row order of the Sinkhorn shows in the logits. small-embed: a stream RMS
     # of ~1e-3, where the coefficient RMSNorm's eps (mhc.eps = 1e-20, not norm_eps) matters.
     "mhc": [("n4-it2-ln", 2, {"model.mhc.n": 4, "model.mhc.sinkhorn_iters": 2}),
             ("n3-it20-rms-learned-small-embed-nofinal", 2, {"model.mhc.n": 3, "model.mhc.sinkhorn_iters": 20,
                                                             "model.norm": "rmsnorm", "model.pos": "learned",
                                                             "model.final_norm": False,
-                                                            "_shrink": ("embed", "pos_embed")})],
+                                                            "_shrink": ("embed", "pos_embed")}),
+            ("n2-dyt", 2, {"model.mhc.n": 2, "model.norm": "dyt"})],
     # the placements of tests/np_reference_placements.py; HybridNorm* exercises both of its segments
     "admin": [("rms-learned-3l", 3, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "resi_dual": [("rope-ln", 2, {})],
     "hybrid_norm": [("star-rms-3l", 3, {"model.hybrid_norm.first_pre_norm": True, "model.norm": "rmsnorm"}),
-                    ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"})],
+                    ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"}),
+                    ("dyt-head", 2, {"model.norm": "dyt"})],
     "denseformer": [("dense-3l", 3, {})],
     "ngpt": [("rope", 2, {})],
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
@@ -149,6 +159,7 @@ def _grad_leaves(params):
   segs = sorted({p[0] for p in paths if p[0].startswith("blocks")})
   want = [(segs[0], "attn", "q"), (segs[-1], "mlp", "wi"), ("embed",)]
   want += [p for p in [("final_norm", "scale"), (segs[0], "attn_norm", "scale")] if p in paths][:1]
+  want += [p for p in [(segs[0], "attn_norm", "alpha"), ("final_norm", "alpha")] if p in paths][:1]  # DyT's
   own = ("_res", "qkv", "hidden", "after_block", "logit_scale", "dual_norm")  # the variant's params, wherever they live
   want += [p for p in paths if any(part.endswith(own) for part in p)]
   return want
@@ -243,3 +254,67 @@ def test_hybrid_norm_default_is_the_authors_per_head_qkv_norm():
       lambda path, a: np.tile(a, mcfg.num_heads) if "qkv" in str(path) else a, params)
   other = np_reference_placements.forward(tiled, mcfg, batch["inputs"], hybrid_form="all")
   assert np.abs(other - want).max() > 100 * LOGIT_TOL * np.abs(want).max()
+
+
+# ---- the 2025 pieces' own mutants: each a plausible misreading of its paper that the logit tolerance must catch --
+
+
+def _dyt_alpha_outside(x, p, kind, eps, real=ref.norm):
+  return p["alpha"] * np.tanh(x) * p["scale"] + (p["bias"] if "bias" in p else 0) if kind == "dyt" else \
+      real(x, p, kind, eps)
+
+
+def _dyt_no_bias(x, p, kind, eps, real=ref.norm):
+  if kind != "dyt":
+    return real(x, p, kind, eps)
+  _ = p["bias"]  # read, so that the unused-param check does not catch it first: the tolerance must
+  return np.tanh(p["alpha"] * x) * p["scale"]
+
+
+def _frac_mutant(x, c, transpose_a_r=False, interleave=False, branch_reads_x=False):
+  """ref.frac_hc with one change: A_r applied transposed; fraction i as features i, i+m, i+2m, ... (interleaved);
+  or the branch reading the whole state instead of A_m's mix."""
+  fc, res = c.cfg["frac_hc"], c.res
+  m = int(fc["m"])
+  b, t, d = x.shape
+  split = (lambda z: z.reshape(b, t, d // m, m).swapaxes(-1, -2)) if interleave else \
+      (lambda z: z.reshape(b, t, m, d // m))
+  join = (lambda z: z.swapaxes(-1, -2).reshape(b, t, d)) if interleave else (lambda z: z.reshape(b, t, d))
+  h = split(x)
+  alpha, beta = res["static_alpha"][None, None], res["static_beta"][None, None]
+  if fc["dynamic"]:
+    hbar = c.norm(h, res["stream_norm"])
+    alpha = alpha + res["s_alpha"] * np.tanh(hbar @ res["w_alpha"])
+    beta = beta + res["s_beta"] * np.tanh(hbar @ res["w_beta"])
+  a_m, a_r = alpha[..., :m], alpha[..., m:]
+  a_r = np.swapaxes(a_r, -1, -2) if transpose_a_r else a_r
+  x_in = x if branch_reads_x else join(np.einsum("btij,btif->btjf", a_m, h))
+  y = split(c.f(c.n(x_in)))
+  return join(np.einsum("btij,btif->btjf", a_r, h) + beta[..., None] * y)
+
+
+MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
+    "dyt alpha outside the tanh": ("pre_norm", "dyt", "norm", _dyt_alpha_outside),
+    "dyt bias dropped": ("post_norm", "dyt-bias-3l", "norm", _dyt_no_bias),
+    "frac_hc A_r transposed": ("frac_hc", "dyn-m4-ln", "frac_hc", functools.partial(_frac_mutant, transpose_a_r=True)),
+    "frac_hc fractions interleaved": ("frac_hc", "dyn-m4-ln", "frac_hc",
+                                      functools.partial(_frac_mutant, interleave=True)),
+    "frac_hc branch reads x": ("frac_hc", "static-m2-rms-learned", "frac_hc",
+                               functools.partial(_frac_mutant, branch_reads_x=True)),
+}
+
+
+@pytest.mark.parametrize("mutant", list(MUTANTS))
+def test_the_tolerance_catches_each_mutant_of_the_2025_references(mutant, monkeypatch):
+  """The unmutated reference passes (the 'correct' control), each mutant is off by far more than LOGIT_TOL."""
+  name, cid, what, fn = MUTANTS[mutant]
+  mcfg, params, batch, logits, _, _ = _case(name, cid)
+  want = ref.forward(params, mcfg, batch["inputs"])
+  tol = LOGIT_TOL * np.abs(want).max()
+  assert np.abs(logits - want).max() <= tol
+  if what == "norm":
+    monkeypatch.setattr(ref, "norm", fn)
+  else:
+    monkeypatch.setitem(ref.VARIANTS, what, (fn, *ref.VARIANTS[what][1:]))
+  bad = ref.forward(params, mcfg, batch["inputs"])
+  assert np.abs(logits - bad).max() > 100 * tol, (mutant, np.abs(logits - bad).max(), tol)

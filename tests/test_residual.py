@@ -39,6 +39,31 @@ def test_hc_static_width_connection_reads_stream_k_mod_n_at_init():
       np.testing.assert_array_equal(alpha[layer], want, err_msg=f"{which} layer {layer}")
 
 
+@pytest.mark.parametrize("m,dynamic", [(1, True), (2, False), (4, True)])
+def test_frac_hc_at_init_equals_pre_norm(m, dynamic):
+  """Frac-Connections' identity-leaning init (A_m = A_r = I, B = 1, W = 0): every block is x + F(N(x))."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config("frac_hc", 3, **{"model.frac_hc.m": m, "model.frac_hc.dynamic": dynamic}))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+
+
+def test_frac_hc_with_one_fraction_is_hc_with_one_stream():
+  """m = 1 and n = 1: the same param tree, the same init, and the same function at params moved off the init."""
+  from conftest import apply_fn
+  hc_cfg, fc_cfg = tiny_config("hc", 2, **{"model.hc.n": 1}), tiny_config("frac_hc", 2, **{"model.frac_hc.m": 1})
+  (hc_out, hc_p), (fc_out, fc_p) = _logits(hc_cfg), _logits(fc_cfg)
+  assert jax.tree.map(np.shape, hc_p) == jax.tree.map(np.shape, fc_p)
+  jax.tree.map(np.testing.assert_array_equal, hc_p, fc_p)
+  np.testing.assert_allclose(fc_out, hc_out, rtol=1e-5, atol=1e-6)
+  rng = np.random.default_rng(0)
+  moved = jax.tree.map(lambda a: a + 0.3 * jnp.asarray(rng.standard_normal(np.shape(a)), jnp.float32), hc_p)
+  tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, 256)
+  a = apply_fn(configlib.model_config(hc_cfg))(moved, tokens)
+  b = apply_fn(configlib.model_config(fc_cfg))(moved, tokens)
+  assert float(jnp.max(jnp.abs(a - hc_out))) > 1e-2  # the params really moved
+  np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+
+
 def test_mhc_identity_init_equals_pre_norm_exactly():
   """The default init (phi = 0, b_post = 0): streams identical, H_res rows sum to 1, H_pre x absorbed by the block
   norm, so the logits are Pre-Norm's up to the norms' eps."""

@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from resnorm.errors import check
-from resnorm.norms import make_norm
+from resnorm.norms import make_norm, num_params
 from resnorm.residual.base import Variant, register
 
 
@@ -130,7 +130,7 @@ def _per_sublayer(count):
 register(Variant("post_norm", PostNorm, final_norm=False))
 register(Variant("pre_norm", PreNorm))
 register(Variant("peri_norm", PeriNorm,
-                 extra_params=_per_sublayer(lambda cfg: cfg.d_model * (2 if cfg.norm == "layernorm" else 1))),
+                 extra_params=_per_sublayer(lambda cfg: num_params(cfg, cfg.d_model))),
          "sandwich")
 register(Variant("deepnorm", DeepNorm, final_norm=False, init_scales=_deepnorm_scales,
                  check=_no_depth_scaled_init("deepnorm")))

@@ -20,7 +20,7 @@ import flax.linen as nn
 
 from resnorm.errors import check
 from resnorm.errors import check
-from resnorm.norms import make_norm
+from resnorm.norms import make_norm, num_params
 from resnorm.residual.base import Variant, register
 from resnorm.residual.classic import PreNorm
 
@@ -85,10 +85,9 @@ def _segments(cfg):
 def _extra_params(cfg):
   """Three QKV norms per block (K or H*K features each), minus the unused attention norm (kept by HybridNorm*'s
   first block)."""
-  per = 2 if cfg.norm == "layernorm" else 1
   qkv = cfg.d_model // cfg.num_heads if cfg.hybrid_norm.qkv_norm == "head" else cfg.d_model
-  size = cfg.d_model * per
-  return cfg.num_layers * (3 * qkv * per - size) + (size if cfg.hybrid_norm.first_pre_norm else 0)
+  size = num_params(cfg, cfg.d_model)
+  return cfg.num_layers * (3 * num_params(cfg, qkv) - size) + (size if cfg.hybrid_norm.first_pre_norm else 0)
 
 
 def _check(cfg):

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from resnorm import kernels
 from resnorm.errors import check
-from resnorm.norms import make_norm
+from resnorm.norms import make_norm, num_params
 from resnorm.residual.base import Variant, register, stream_spread
 
 
@@ -67,16 +67,12 @@ class HyperConnection(nn.Module):
     return out, {"u": h0_BTD, "f": y_BTD, "mix": h_res, "spread": stream_spread(h_BTnD)}
 
 
-def _norm_size(cfg):
-  return cfg.d_model * (2 if cfg.norm == "layernorm" else 1)
-
-
 def hc_params_per_sublayer(cfg) -> int:
   """SHC: n(n+2); DHC adds |norm| + d(n+2) + 2 (the paper's count per module)."""
   n = cfg.hc.n
   count = n * (n + 2)
   if cfg.hc.dynamic:
-    count += _norm_size(cfg) + cfg.d_model * (n + 2) + 2
+    count += num_params(cfg, cfg.d_model) + cfg.d_model * (n + 2) + 2
   return count
 
 

@@ -13,7 +13,7 @@ authors' code: 1e-7).
 import flax.linen as nn
 import jax.numpy as jnp
 
-from resnorm.norms import make_norm
+from resnorm.norms import make_norm, num_params
 from resnorm.residual.base import Variant, register
 
 
@@ -36,4 +36,4 @@ def _finish(cfg, s_BT2D):
 
 
 register(Variant("resi_dual", ResiDual, final_norm=False, start=_start, finish=_finish,
-                 extra_params=lambda cfg: cfg.d_model * (2 if cfg.norm == "layernorm" else 1)))
+                 extra_params=lambda cfg: num_params(cfg, cfg.d_model)))
