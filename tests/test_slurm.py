@@ -15,6 +15,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -92,7 +93,8 @@ def swept(cluster, tmp_path_factory, text_corpus):
             and not cluster.run("squeue", "-h").stdout.strip())
   _wait(done, 600, "every point finished", cluster)
   wall = time.time() - t0
-  return {"file": file, "root": root, "first": first, "again": again, "wall": wall, "job": job, "tmp": tmp}
+  return {"file": file, "root": root, "first": first, "again": again, "wall": wall, "job": job, "tmp": tmp,
+          "run": run}
 
 
 def test_sweep_on_slurm(cluster, swept, text_corpus):
@@ -141,7 +143,16 @@ def check_signalled_task_is_requeued_and_resumes_exactly(swept):
 
 def check_bad_input_fails_and_is_not_requeued(cluster, swept):
   file, root = swept["tmp"] / "bad.py", swept["root"]
-  file.write_text("def sweep(add):\n  add(config='configs/tiny.py', name='bad', **{'model.residual': 'nope'})\n")
+  # a value train.py would refuse is refused here, before anything is submitted (resnorm.tools.preflight)
+  typo = swept["tmp"] / "typo.py"
+  typo.write_text("def sweep(add):\n  add(config='configs/tiny.py', name='typo', **{'model.residual': 'nope'})\n")
+  r = sweep(cluster, typo, root)
+  assert r.returncode == 2 and "error: point 'typo': model.residual='nope' is unknown" in r.stderr, r.stderr
+  assert cluster.run("squeue", "-h").stdout.strip() == "" and not (root / "logs" / "typo.log").exists()
+  # what only the run can judge (its workdir holds another model's config): exit 2 in the task, not requeued
+  (root / "bad").mkdir()
+  shutil.copy(root / "a" / "config.json", root / "bad" / "config.json")
+  file.write_text(f"RUN = {swept['run']!r}\n\ndef sweep(add):\n  add(config='configs/tiny.py:hc', name='bad', **RUN)\n")
   assert sweep(cluster, file, root).returncode == 0
   _wait(lambda: (root / "logs" / "bad.exit").exists(), 300, "the bad point ended", cluster)
   _wait(lambda: cluster.run("squeue", "-h").stdout.strip() == "", 60, "the bad task left the queue", cluster)
@@ -151,7 +162,7 @@ def check_bad_input_fails_and_is_not_requeued(cluster, swept):
   status = sweep(cluster, file, root, "--status").stdout
   row = r"^0\s+bad\s+failed\s+\d+_0\s+2\s+" + re.escape(str(root / "logs" / "bad.log"))
   assert re.search(row, status, re.M), status
-  assert not (root / "bad").exists() or not (root / "bad" / "summary.json").exists()
+  assert not (root / "bad" / "summary.json").exists()
 
 
 def check_report_at_tpu_shape(cluster, tmp, text_corpus):
