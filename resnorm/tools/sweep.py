@@ -130,6 +130,8 @@ def main(argv) -> int:
       print(shlex.join(command(p, FLAGS.root)))
     return 0
   todo = [p for p in points if status(FLAGS.root, p["name"]) not in DONE]
+  if FLAGS.jobs > 1 and len(todo) > 1:
+    preflight.prepare_corpora(todo, ROOT)  # once, before points start together
   print(f"{len(points)} points, {len(points) - len(todo)} already done, running {len(todo)} "
         f"({FLAGS.jobs} at a time)", flush=True)
   failed = []
