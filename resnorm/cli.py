@@ -7,7 +7,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from resnorm import startup
-from resnorm.errors import InputError, cli_main
+from resnorm.errors import HELP_FLAGS, InputError, cli_main
 
 FLAGS = flags.FLAGS
 
@@ -33,9 +33,6 @@ def _one_line(err: Exception) -> str:
   return lines[0] if lines else type(err).__name__
 
 
-HELP = ("--help", "-h", "--helpshort", "-?")
-
-
 def _print_help() -> None:
   """The script's usage (its docstring) and every flag it defines, with their help (absl's app.run is not used here:
   parse() turns its errors into one line)."""
@@ -48,7 +45,7 @@ def _print_help() -> None:
 def parse(argv):
   """Parses flags; returns the positional args. Raises InputError for any bad flag or config. --help prints the
   usage and every flag, and exits 0."""
-  if any(a in HELP for a in argv[1:]):
+  if any(a in HELP_FLAGS for a in argv[1:]):
     _print_help()
     raise SystemExit(0)
   try:

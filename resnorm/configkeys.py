@@ -46,6 +46,15 @@ def check(cfg) -> None:
     raise InputError(f"unknown config key {name!r}: configs/base.py does not define it")
 
 
+def set_dotted(cfg, name: str, value) -> None:
+  """cfg['a']['b']['c'] = value for name 'a.b.c' (a sweep point's or a grid recipe's override)."""
+  *parents, last = name.split(".")
+  node = cfg
+  for part in parents:
+    node = node[part]
+  node[last] = value
+
+
 def check_dotted(name: str, where: str = "") -> None:
   """Refuses an override key such as 'model.hc.n' that is not a field of configs/base.py."""
   node = _known()

@@ -30,20 +30,24 @@ def _expand(path: str) -> str:
   return os.path.expanduser(path)
 
 
-def glob_files(pattern: str) -> list[str]:
-  """What one glob of data.name='text_files' matches, sorted."""
-  return sorted(glob.glob(_expand(pattern)))
-
-
-def _text_files(dcfg, split: str) -> list[np.ndarray]:
+def text_file_paths(dcfg) -> list[str]:
+  """The files data.name='text_files' reads, glob by glob; InputError for an empty list, a glob that matches
+  nothing, or a match that is not a file. Reads nothing (the sweep's preflight calls it too)."""
   patterns = [p.strip() for p in str(dcfg.paths).split(",") if p.strip()]
   check(patterns, "data.paths is empty; data.name='text_files' needs files or globs (comma-separated)")
-  docs = []
+  out = []
   for pat in patterns:
-    matches = glob_files(pat)
+    matches = sorted(glob.glob(_expand(pat)))
     check(matches, f"data.paths: {pat!r} matches no file")
     for path in matches:
       check(os.path.isfile(path), f"data.paths: {path!r} is not a file")
+    out += matches
+  return out
+
+
+def _text_files(dcfg, split: str) -> list[np.ndarray]:
+  docs = []
+  for path in text_file_paths(dcfg):
       try:
         raw = np.frombuffer(open(path, "rb").read(), dtype=np.uint8)
       except OSError as e:

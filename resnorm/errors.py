@@ -9,6 +9,7 @@ import sys
 EXIT_BAD_INPUT = 2
 EXIT_DIVERGED = 3
 EXIT_PREEMPTED = 4
+HELP_FLAGS = ("--help", "-h", "-?", "--helpshort", "--helpfull")  # asked-for help: the usage, exit 0
 
 
 class InputError(Exception):
@@ -49,7 +50,7 @@ def run_app(main) -> None:
   try:
     app.run(quiet_main)
   except SystemExit as e:  # absl ends --help with exit 1; asked-for help is a success, as in train.py and eval.py
-    if e.code == 1 and any(a in ("--help", "-h", "-?", "--helpshort", "--helpfull") for a in sys.argv[1:]):
+    if e.code == 1 and any(a in HELP_FLAGS for a in sys.argv[1:]):
       sys.exit(0)
     raise
   except InputError as e:

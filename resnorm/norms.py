@@ -68,7 +68,7 @@ class DyT(nn.Module):
 def dyt_side(name: str | None) -> str:
   """attn | final | ffn: which of the recipe's alpha inits a norm of this name takes."""
   name = name or ""
-  if name.startswith("attn") or name.startswith(("q_", "k_", "v_", "qkv")):
+  if name.startswith(("attn", "q_", "k_", "v_", "qkv")):
     return "attn"
   return "final" if name.startswith("final") else "ffn"
 

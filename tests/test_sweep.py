@@ -112,8 +112,8 @@ def test_slurm_without_sbatch_writes_nothing(tmp_path, text_corpus):
   r = sweep("configs/sweeps/smoke.py", f"--root={root}", "--launcher=slurm",
             env={**ENV, "RESNORM_SMOKE_DATA": text_corpus, "PATH": os.path.dirname(sys.executable)})
   lines = r.stderr.strip().splitlines()
-  assert r.returncode == 2 and lines == ["error: --launcher=slurm: sbatch is not on PATH (run on a SLURM login node)"], \
-      r.stderr[-2000:]
+  want = "error: --launcher=slurm: sbatch is not on PATH (run on a SLURM login node)"
+  assert r.returncode == 2 and lines == [want], r.stderr[-2000:]
   assert not root.exists()
 
 

@@ -98,7 +98,8 @@ def test_transition_rules():
   for src, dst, over, msg in [("hc", "pre_norm", {}, "a hc run and this run is pre_norm"),
                               ("hc", "hc", {"model.hc.n": 2}, "model.hc.n=4 but this run has model.hc.n=2"),
                               ("pre_norm", "hc", {"model.final_norm": False}, "model.final_norm=True"),
-                              ("pre_norm", "mhc_lite", {}, "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc preserve")]:
+                              ("pre_norm", "mhc_lite", {},
+                               "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc preserve")]:
     with pytest.raises(InputError, match=msg):
       upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
 

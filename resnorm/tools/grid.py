@@ -194,12 +194,9 @@ def config(d, corpus: str, over: dict):
   mod = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(mod)
   cfg = mod.get_config(d["scale"])
+  from resnorm import configkeys
   for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
-    *parents, last = key.split(".")
-    node = cfg
-    for part in parents:
-      node = node[part]
-    node[last] = val
+    configkeys.set_dotted(cfg, key, val)
   return cfg
 
 

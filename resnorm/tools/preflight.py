@@ -11,7 +11,7 @@ import functools
 import importlib.util
 import os
 
-from resnorm.errors import InputError, check
+from resnorm.errors import InputError
 
 
 @functools.lru_cache(maxsize=None)
@@ -41,12 +41,8 @@ def point_config(point: dict, root: str):
   cfg = _load(point["config"], root)
   for key, val in point["overrides"].items():
     configkeys.check_dotted(key)
-    *parents, last = key.split(".")
-    node = cfg
-    for part in parents:
-      node = node[part]
     try:
-      node[last] = val
+      configkeys.set_dotted(cfg, key, val)
     except (TypeError, ValueError) as e:  # ml_collections refuses a value of another type
       raise InputError(f"--config.{key}={val!r}: {e}") from None
   configlib.validate(cfg)
@@ -59,10 +55,7 @@ def check_data(dcfg) -> None:
   if dcfg.name == "files":
     files.list_files(dcfg.paths)
   elif dcfg.name == "text_files":
-    patterns = [p.strip() for p in str(dcfg.paths).split(",") if p.strip()]
-    check(patterns, "data.paths is empty; data.name='text_files' needs files or globs (comma-separated)")
-    for pat in patterns:
-      check(data.glob_files(pat), f"data.paths: {pat!r} matches no file")
+    data.text_file_paths(dcfg)
 
 
 def prepare_corpora(points: list[dict], root: str) -> None:

@@ -21,7 +21,7 @@ from absl import flags
 
 from resnorm import configkeys, storage, workdir as wd
 from resnorm.errors import check, cli_main, run_app
-from resnorm.tools import preflight, slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags defines --root --jobs --launcher)
+from resnorm.tools import preflight, slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags: --root --jobs ...)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 FLAGS = flags.FLAGS
