@@ -13,8 +13,12 @@ else
 VENV ?= .venv-py$(PY)
 LOCK := requirements/lock-py$(PY).txt
 endif
+# The package's extras installed into the venv: `make test PY=3.12 EXTRAS=test,tpu` adds libtpu (the TPU compiler of
+# the memory plan, docs/scaling.md), as CI's 3.12 leg does.
+EXTRAS ?= test
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
 # The first of pythonPY on PATH and $(pyenv root)/versions/PY*/bin/pythonPY (newest first) that runs and is PY
 # (a pyenv shim on PATH is there but fails when another version is selected).
@@ -41,7 +45,7 @@ else
 	fi; \
 	echo "$$py -m venv $(VENV)"; "$$py" -m venv $(VENV)
 endif
-	$(BIN)/pip install -q -c $(LOCK) -e '.[test]'
+	$(BIN)/pip install -q -c $(LOCK) -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 train: $(STAMP)

@@ -86,6 +86,9 @@ def main_train(argv) -> int:
   flags.DEFINE_bool("dry_run", False, "Print sizes, FLOPs and the compiled steps' memory; do not train.")
   flags.DEFINE_string("target", None, "With --dry_run: the accelerator to plan memory for (e.g. v4-8, h100; "
                       "see resnorm/memplan.py); compiled for its device count, simulated on the CPU if needed.")
+  flags.DEFINE_enum("compiler", "auto", ["auto", "tpu", "cpu"], "With --target: auto is the TPU compiler for a TPU "
+                    "slice where libtpu is installed (the [tpu] extra), else the CPU estimate; tpu or cpu forces one.")
+  flags.DEFINE_bool("json", False, "With --dry_run --target: print the plan as one JSON object (progress on stderr).")
   flags.DEFINE_bool("allow_config_change", False, "Resume even though the config changes the training "
                     "trajectory (batch, lr, schedule, data, ...); the change is recorded in config_changes.jsonl.")
   flags.DEFINE_bool("force_unlock", False, "Take the workdir's lock even if its owner looks alive (only when you "
@@ -106,14 +109,17 @@ def _dry_run(cfg) -> int:
   """--dry_run [--target=NAME]: sizes and compiled memory; with a target, whether it fits (exit 0) or not (2)."""
   from resnorm import memplan
   target = memplan.parse_target(FLAGS.target) if FLAGS.target else None
-  if target is not None and not memplan.run_here(target):
-    return memplan.reexec(target)
+  if target is None and (FLAGS["compiler"].present or FLAGS.json):
+    raise InputError("--compiler and --json belong to the memory plan: add --target")
+  compiler = memplan.compiler_for(target, FLAGS.compiler) if target else "cpu"
+  if target is not None and not memplan.run_here(target, compiler):
+    return memplan.reexec(target, compiler, quiet=FLAGS.json)
   startup.start(compilation_cache=False)  # compile for real: the analysis, and compile_s, of a fresh compile
   from resnorm import dryrun
   if target is None:
     dryrun.print_info(dryrun.dry_run(cfg))
     return 0
-  return memplan.plan(cfg, target)
+  return memplan.plan(cfg, target, compiler, as_json=FLAGS.json)
 
 
 @cli_main

@@ -1,6 +1,7 @@
 """train.py --dry_run: sizes, per-device bytes, FLOPs and the compiled steps' memory for the configured mesh,
 without training (`--target` adds the memory plan of resnorm.memplan)."""
 import math
+import re
 import time
 
 import jax
@@ -39,16 +40,35 @@ def compiled_memory(compiled) -> dict | None:
   return out
 
 
+_OOM_RE = re.compile(r"RESOURCE_EXHAUSTED.*?required for HLO temporaries \(([\d.]+)([KMGT]?)\)"
+                     r"(?:.*?available HBM \(([\d.]+)([KMGT]?)\))?", re.S)
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def refused_memory(error: Exception, argument_bytes: int) -> dict | None:
+  """The TPU compiler refuses a program that cannot fit the chip's HBM (RESOURCE_EXHAUSTED: CompileTimeHbmOom) and
+  names the temporaries it needed. That is the memory plan's answer too: the step as compiled_memory would give it,
+  with `refused` (the compiler's figure of the HBM available). None for any other error."""
+  m = _OOM_RE.search(str(error))
+  if not m:
+    return None
+  temp = int(float(m.group(1)) * _UNIT[m.group(2)])
+  available = int(float(m.group(3)) * _UNIT[m.group(4)]) if m.group(3) else None
+  return {"argument": argument_bytes, "output": 0, "alias": 0, "temp": temp, "peak": argument_bytes + temp,
+          "refused": available}
+
+
 def _batch(s, size: int, seq_len: int):
   return {k: jax.ShapeDtypeStruct((size, seq_len), dt, sharding=s.batch_sh)
           for k, dt in (("inputs", np.int32), ("targets", np.int32), ("mask", np.float32))}
 
 
-def measure(cfg, steps=("train", "eval", "diagnostics"), s=None) -> dict:
-  """Builds the run's steps for the devices present and compiles them (nothing runs). memory[name] is the
+def measure(cfg, steps=("train", "eval", "diagnostics"), s=None, devices=None) -> dict:
+  """Builds the run's steps for these devices (default: those present; a TPU topology's compile-only devices for
+  the TPU compiler) and compiles them (nothing runs). memory[name] is the
   compiled_memory of each step; for eval and diagnostics, which run between train steps, the rest of the train
   state (optimizer moments, ...) is still resident and is added to their peak. peak: the largest."""
-  s = s or runtime.build(cfg)
+  s = s or runtime.build(cfg, devices)
   batch = _batch(s, cfg.train.batch_size, cfg.data.seq_len)
   state_bytes = per_device_bytes(s.abstract)
   params_bytes = per_device_bytes(s.abstract["params"])
@@ -58,15 +78,21 @@ def measure(cfg, steps=("train", "eval", "diagnostics"), s=None) -> dict:
     if name == "diagnostics" and not cfg.train.diag_every:
       continue
     t0 = time.perf_counter()
-    with s.mesh_context():
-      if name == "train":
-        compiled, _ = s.compile_train_step(s.abstract, batch)
-      elif name == "eval":
-        compiled = s.eval_step.lower(s.abstract["params"], batch).compile()
-      else:
-        compiled = step.make_diag_fn(cfg, s.mcfg).lower(s.abstract["params"], batch).compile()
+    args = (state_bytes if name == "train" else params_bytes) + per_device_bytes(batch)
+    try:
+      with s.mesh_context():
+        if name == "train":
+          compiled, _ = s.compile_train_step(s.abstract, batch)
+        elif name == "eval":
+          compiled = s.eval_step.lower(s.abstract["params"], batch).compile()
+        else:
+          compiled = step.make_diag_fn(cfg, s.mcfg).lower(s.abstract["params"], batch).compile()
+      mem = compiled_memory(compiled)
+    except Exception as e:  # noqa: BLE001: only the compiler's out-of-memory refusal is an answer; re-raised else
+      mem = refused_memory(e, args)
+      if mem is None:
+        raise
     info["compile_s"][name] = time.perf_counter() - t0
-    mem = compiled_memory(compiled)
     if mem is None:
       continue
     if name != "train":
@@ -78,13 +104,13 @@ def measure(cfg, steps=("train", "eval", "diagnostics"), s=None) -> dict:
   return info
 
 
-def dry_run(cfg) -> dict:
-  s = runtime.build(cfg)
+def dry_run(cfg, devices=None) -> dict:
+  s = runtime.build(cfg, devices)
   m, t = s.mcfg, cfg.train
   tokens = t.batch_size * cfg.data.seq_len
   info = {
       "residual": m.residual, "num_layers": m.num_layers, "params": flops.param_count(m),
-      "mesh": dict(s.mesh.shape), "devices": jax.device_count(),
+      "mesh": dict(s.mesh.shape), "devices": s.mesh.size,
       "flops_per_token": flops.train_flops_per_token(m, cfg.data.seq_len),
       "flops_per_step": flops.train_flops_per_token(m, cfg.data.seq_len) * tokens,
       "micro_batch_per_device": t.batch_size // t.grad_accum // (s.mesh.shape["data"] * s.mesh.shape["fsdp"]),
@@ -107,6 +133,11 @@ def print_info(info: dict) -> None:
   print(f"FLOPs: {info['flops_per_token'] / 1e6:.2f} MFLOP/token, {info['flops_per_step'] / 1e12:.4f} TFLOP/step")
   for name, mem in info["memory"].items():
     extra = f" + resident train state {gib(mem['resident'])}" if "resident" in mem else ""
+    if mem.get("refused") is not None:
+      print(f"{name} step: the compiler refused it, out of memory: temporaries {gib(mem['temp'])} of "
+            f"{gib(mem['refused'])} available; with arguments {gib(mem['argument'])}{extra}, peak at least "
+            f"{gib(mem['peak'])}")
+      continue
     print(f"{name} step (compiled in {info['compile_s'][name]:.1f}s), per device: arguments {gib(mem['argument'])}"
           f" + temporaries {gib(mem['temp'])} + outputs {gib(mem['output'] - mem['alias'])} (not aliased)"
           f"{extra} = peak {gib(mem['peak'])}")

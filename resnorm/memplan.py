@@ -1,8 +1,12 @@
 """The memory plan of `train.py --dry_run --target=NAME`: does a config fit the accelerator it is meant for?
 
-The run's steps (train, eval, diagnostics) are compiled for the target's device count (simulated on the CPU when
-this machine does not have those devices: the dry run re-executes itself with
-XLA_FLAGS=--xla_force_host_platform_device_count=N), with the kernels the target would use, and the largest
+The run's steps (train, eval, diagnostics) are compiled for the target's devices, with the kernels the target
+would use, by one of two compilers (`compiler:` in the output):
+- `tpu`: for a TPU slice where libtpu is installed (the `[tpu]` extra), the TPU compiler itself, for the slice's
+  real topology (resnorm.tpu_compiler), in a re-executed child that alone carries libtpu's environment;
+- `cpu estimate`: otherwise (GPU targets, custom `NxG`, no libtpu, or --compiler=cpu), XLA:CPU on N simulated
+  devices (the dry run re-executes itself with XLA_FLAGS=--xla_force_host_platform_device_count=N).
+The largest
 per-device peak of XLA's buffer assignment (arguments + temporaries + outputs not aliased to donated arguments;
 for eval and diagnostics plus the train state left resident) is compared with the target's memory less a
 margin. When it does not fit, settings that would are compiled and named: more FSDP, a smaller per-device
@@ -15,11 +19,14 @@ import os
 import re
 import subprocess
 import sys
+import threading
 
+from resnorm import tpu_compiler
 from resnorm.errors import InputError
 
 GiB = 2**30
 CHILD_ENV = "RESNORM_DRY_RUN_DEVICES"  # set in the re-executed dry run: the device count it must find
+COMPILERS = ("auto", "tpu", "cpu")      # --compiler: auto is the TPU compiler for a TPU slice where libtpu is
 MARGIN = 0.10  # of the usable memory, kept free for the estimate's error and the runtime's own buffers
 GPU_MEM_FRACTION = 0.75  # JAX's default XLA_PYTHON_CLIENT_MEM_FRACTION: what XLA may allocate of a GPU
 
@@ -31,6 +38,14 @@ class Target:
   devices: int         # JAX devices (TPU chips: v4 and v5p count 2 TensorCores per chip as one device)
   memory_gib: float    # per device
   what: str = ""
+  generation: str = ""  # TPU: v4 | v5p | v5e | v6e
+  num_slices: int = 1   # TPU: slices joined by the data-center network (multi-slice)
+
+  @property
+  def topology(self) -> "tpu_compiler.Topology | None":
+    if self.platform != "tpu":
+      return None
+    return tpu_compiler.topology(self.generation, self.devices // self.num_slices, self.num_slices)
 
   @property
   def usable_gib(self) -> float:
@@ -43,10 +58,10 @@ class Target:
 # JAX devices and memory per device. TPU slice names count TensorCores on v4 / v5p (2 per chip, one JAX device)
 # and chips on v5e / v6e; all four 8-slices below are one host. GPU memory is what CUDA reports as total.
 TARGETS = {t.name: t for t in (
-    Target("v4-8", "tpu", 4, 32.0, "TPU v4, 4 chips of 32 GiB HBM2"),
-    Target("v5e-8", "tpu", 8, 16.0, "TPU v5e (v5litepod-8), 8 chips of 16 GiB HBM2e"),
-    Target("v5p-8", "tpu", 4, 95.0, "TPU v5p, 4 chips of 95 GiB HBM2e"),
-    Target("v6e-8", "tpu", 8, 32.0, "TPU v6e (Trillium), 8 chips of 32 GiB HBM"),
+    Target("v4-8", "tpu", 4, 32.0, "TPU v4, 4 chips of 32 GiB HBM2", "v4"),
+    Target("v5e-8", "tpu", 8, 16.0, "TPU v5e (v5litepod-8), 8 chips of 16 GiB HBM2e", "v5e"),
+    Target("v5p-8", "tpu", 4, 95.0, "TPU v5p, 4 chips of 95 GiB HBM2e", "v5p"),
+    Target("v6e-8", "tpu", 8, 32.0, "TPU v6e (Trillium), 8 chips of 32 GiB HBM", "v6e"),
     Target("h100", "gpu", 1, 79.6, "one NVIDIA H100 SXM 80GB (CUDA reports 79.6 GiB)"),
     Target("h100x8", "gpu", 8, 79.6, "8 NVIDIA H100 SXM 80GB in one node"),
     Target("h200", "gpu", 1, 140.4, "one NVIDIA H200 141GB (CUDA reports 140.4 GiB)"),
@@ -63,15 +78,17 @@ def fmt(b: float) -> str:
 
 
 def parse_target(name: str) -> Target:
-  """A name of TARGETS; any slice `v4-N`, `v5p-N`, `v5e-N`, `v6e-N`; `h100xK`, `h200xK`; or `NxG` (N devices
-  of G GiB, e.g. `8x40` for a node of A100 40GB)."""
+  """A name of TARGETS; any slice `v4-N`, `v5p-N`, `v5e-N`, `v6e-N`, or K of them (`KxSLICE`, multi-slice);
+  `h100xK`, `h200xK`; or `NxG` (N devices of G GiB, e.g. `8x40` for a node of A100 40GB)."""
   key = name.strip().lower()
   if key in TARGETS:
     return TARGETS[key]
-  m = re.fullmatch(r"(v4|v5p|v5e|v5litepod|v6e)-(\d+)", key)
-  if m and int(m.group(2)) % _SLICE[m.group(1)][1] == 0 and int(m.group(2)) > 0:
-    gen, cores, mem = _SLICE[m.group(1)]
-    return Target(key, "tpu", int(m.group(2)) // cores, mem, f"TPU {gen}, {int(m.group(2)) // cores} chips")
+  m = re.fullmatch(r"(?:(\d+)x)?(v4|v5p|v5e|v5litepod|v6e)-(\d+)", key)
+  if m and int(m.group(3)) % _SLICE[m.group(2)][1] == 0 and int(m.group(3)) > 0 and int(m.group(1) or 1) > 0:
+    gen, cores, mem = _SLICE[m.group(2)]
+    slices, chips = int(m.group(1) or 1), int(m.group(3)) // cores
+    what = f"TPU {gen}, {chips} chips" + (f", x {slices} slices" if slices > 1 else "")
+    return Target(key, "tpu", slices * chips, mem, what, gen, slices)
   m = re.fullmatch(r"(h100|h200)x(\d+)", key)
   if m and int(m.group(2)) > 0:
     return dataclasses.replace(TARGETS[m.group(1)], name=key, devices=int(m.group(2)))
@@ -79,7 +96,31 @@ def parse_target(name: str) -> Target:
   if m and int(m.group(1)) > 0 and float(m.group(2)) > 0:
     return Target(key, "any", int(m.group(1)), float(m.group(2)), "custom")
   raise InputError(f"--target={name!r} is unknown; known: {', '.join(TARGETS)}, any TPU slice "
-                   "(v4-N, v5p-N, v5e-N, v6e-N), h100xK, h200xK, or NxG (N devices of G GiB)")
+                   "(v4-N, v5p-N, v5e-N, v6e-N; KxSLICE for K slices), h100xK, h200xK, or NxG (N devices of G GiB)")
+
+
+def compiler_for(target: Target, choice: str = "auto") -> str:
+  """`tpu` or `cpu`: which compiler plans this target (--compiler, `auto` by default)."""
+  if choice not in COMPILERS:
+    raise InputError(f"--compiler={choice!r} is unknown; known: {', '.join(COMPILERS)}")
+  if choice == "cpu" or (choice == "auto" and (target.platform != "tpu" or not tpu_compiler.libtpu_version())):
+    return "cpu"
+  if target.platform != "tpu":
+    raise InputError(f"--compiler=tpu compiles for TPU slices; --target={target.name} is not one")
+  if not tpu_compiler.libtpu_version():
+    raise InputError("--compiler=tpu needs libtpu: pip install -e '.[tpu]' (Python 3.12: "
+                     "pip install -c requirements/lock-py3.12.txt -e '.[tpu]')")
+  target.topology  # noqa: B018: a slice with no standard topology is refused here, before the child starts
+  return "tpu"
+
+
+def compiler_line(target: Target, compiler: str) -> str:
+  if compiler == "tpu":
+    return f"compiler: tpu (libtpu {tpu_compiler.libtpu_version()}), topology {target.topology.describe()}"
+  if target.platform == "tpu":
+    why = "--compiler=cpu" if tpu_compiler.libtpu_version() else "install .[tpu] for the TPU compiler"
+    return f"compiler: cpu estimate ({why})"
+  return f"compiler: cpu estimate (XLA:CPU on {target.devices} simulated devices)"
 
 
 # ---- devices: compile where the target's device count is ---------------------------------------------------
@@ -90,26 +131,51 @@ def _forced_cpu_devices() -> int:
   return int(m.group(1)) if m else 1
 
 
-def run_here(target: Target) -> bool:
-  """Whether this process can compile for the target: it has the target's device count, on the CPU (simulated)
-  or on the target's own platform. Decided, on a CPU-only machine, without starting the backend."""
+def run_here(target: Target, compiler: str = "cpu") -> bool:
+  """Whether this process can compile for the target: it is the re-executed child; or, for the CPU estimate, it
+  has the target's device count, on the CPU (simulated) or on the target's own platform. Decided, on a CPU-only
+  machine, without starting the backend. The TPU compiler always runs in a child (its environment)."""
   from resnorm import hostmem
   if os.environ.get(CHILD_ENV):
     return True
+  if compiler == "tpu":
+    return False
   if hostmem.backend_will_be_cpu():
     return _forced_cpu_devices() == target.devices
   import jax
   return jax.device_count() == target.devices and jax.default_backend() in (target.platform, "cpu")
 
 
-def reexec(target: Target) -> int:
-  """Runs this same command again on target.devices simulated CPU devices; returns its exit code."""
+def reexec(target: Target, compiler: str = "cpu", quiet: bool = False) -> int:
+  """Runs this same command again in a child that compiles for the target; returns its exit code.
+  cpu: on target.devices simulated CPU devices. tpu: the host side on the CPU, the steps compiled by libtpu for
+  the slice's topology, with libtpu's environment in the child only and its no-TPU-here noise filtered from the
+  child's stderr (everything else, an error line included, passes through)."""
   flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "", os.environ.get("XLA_FLAGS", ""))
-  env = {**os.environ, "JAX_PLATFORMS": "cpu", CHILD_ENV: str(target.devices),
-         "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={target.devices}".strip()}
-  print(f"simulating {target.devices} devices on the CPU (a subprocess with "
-        f"--xla_force_host_platform_device_count={target.devices})", flush=True)
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", CHILD_ENV: str(target.devices)}
+  say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if quiet else (lambda *a: print(*a, flush=True))
+  if compiler == "tpu":
+    topo = target.topology
+    env.update(tpu_compiler.child_env(topo))
+    env["XLA_FLAGS"] = flags.strip()
+    say(f"compiling for {topo.describe()} with libtpu {tpu_compiler.libtpu_version()} (a subprocess)")
+    p = subprocess.Popen([sys.executable, *sys.argv], env=env, stderr=subprocess.PIPE, text=True, errors="replace")
+    pump = threading.Thread(target=_forward_stderr, args=(p.stderr,), daemon=True)
+    pump.start()
+    rc = p.wait()
+    pump.join()
+    return rc
+  env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={target.devices}".strip()
+  say(f"simulating {target.devices} devices on the CPU (a subprocess with "
+      f"--xla_force_host_platform_device_count={target.devices})")
   return subprocess.run([sys.executable, *sys.argv], env=env).returncode
+
+
+def _forward_stderr(stream) -> None:
+  for line in stream:
+    if not tpu_compiler.is_noise(line):
+      sys.stderr.write(line)
+      sys.stderr.flush()
 
 
 # ---- the plan ------------------------------------------------------------------------------------------------
@@ -205,25 +271,50 @@ def describe(target: Target) -> str:
           f"budget {fmt(budget_bytes(target))} per device ({MARGIN:.0%} margin)")
 
 
-def plan(cfg, target: Target) -> int:
-  """Prints the dry run for the target and the verdict as the last line; returns the exit code."""
+def plan(cfg, target: Target, compiler: str = "cpu", as_json: bool = False) -> int:
+  """Prints the dry run for the target and the verdict as the last line (as_json: one JSON object instead, the
+  progress on stderr); returns the exit code. The suggestions are compiled by the plan's own compiler."""
+  import contextlib
+  import json
   import jax
   from resnorm import dryrun
   from resnorm.errors import check
-  check(jax.device_count() == target.devices,
-        f"--target={target.name} needs {target.devices} devices; found {jax.device_count()} "
-        f"{jax.default_backend()} devices")
-  print(describe(target), flush=True)
-  cfg = for_target(cfg, target)
-  info = dryrun.dry_run(cfg)
-  dryrun.print_info(info)
-  if info["peak"] is None:
-    raise InputError(f"the {jax.default_backend()} backend gives no memory analysis; run the dry run on the CPU "
-                     "(JAX_PLATFORMS=cpu) to simulate the target")
-  found = None
-  if info["peak"] > budget_bytes(target):
-    print(f"does not fit: compiling settings that might", flush=True)
-    found = suggestions(cfg, info, target, dryrun.measure)
-  line, code = verdict(target, info["peak"], found)
-  print(line, flush=True)
+  if compiler == "tpu":
+    devices = tpu_compiler.devices(target.topology)
+  else:
+    devices = jax.devices()
+    check(len(devices) == target.devices, f"--target={target.name} needs {target.devices} devices; found "
+          f"{len(devices)} {jax.default_backend()} devices")
+  measure = lambda c, steps=("train", "eval", "diagnostics"): dryrun.measure(c, steps, devices=devices)
+  with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+    print(describe(target), flush=True)
+    print(compiler_line(target, compiler), flush=True)
+    cfg = for_target(cfg, target)
+    info = dryrun.dry_run(cfg, devices=devices)
+    dryrun.print_info(info)
+    if info["peak"] is None:
+      raise InputError(f"the {jax.default_backend()} backend gives no memory analysis; run the dry run on the CPU "
+                       "(JAX_PLATFORMS=cpu) to simulate the target")
+    found = None
+    if info["peak"] > budget_bytes(target):
+      print("does not fit: compiling settings that might", flush=True)
+      found = suggestions(cfg, info, target, measure)
+    line, code = verdict(target, info["peak"], found)
+  if as_json:
+    print(json.dumps(record(target, compiler, info, found, code)), flush=True)
+  else:
+    print(line, flush=True)
   return code
+
+
+def record(target: Target, compiler: str, info: dict, found, code: int) -> dict:
+  """The plan as `--json` prints it: bytes per device."""
+  topo = target.topology if compiler == "tpu" else None
+  return {"target": target.name, "devices": target.devices, "memory_gib": target.memory_gib,
+          "budget_bytes": budget_bytes(target), "compiler": "tpu" if compiler == "tpu" else "cpu estimate",
+          "libtpu": tpu_compiler.libtpu_version() if compiler == "tpu" else None,
+          "topology": topo and {"name": topo.name, "chip_config": topo.chip_config, "num_slices": topo.num_slices,
+                                "hosts": topo.hosts},
+          "residual": info["residual"], "num_layers": info["num_layers"], "params": info["params"],
+          "mesh": info["mesh"], "memory": info["memory"], "compile_s": info["compile_s"], "peak": info["peak"],
+          "fits": code == 0, "suggestions": [{"overrides": o, "peak": p} for o, p in (found or [])]}

@@ -5,6 +5,10 @@ import shutil
 import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The suite runs on the CPU. Where libtpu is installed (CI's 3.12 leg, for the memory plan's TPU compiler), jax would
+# otherwise probe for a TPU in every process and print libtpu's no-TPU-here warnings; the TPU compiler's own tests
+# set what they need in their child.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # One persistent compilation cache per test run, in a temporary directory that the first process (pytest, or

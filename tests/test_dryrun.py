@@ -27,9 +27,11 @@ def dry_run(*args, devices=None):
 
 @pytest.mark.integration
 def test_tpu_config_fits_v4_8():
-  r, last = dry_run(*TPU_SHAPED, "--target=v4-8")  # a one-device process: re-executes itself on 4 CPU devices
+  # a one-device process: re-executes itself on 4 CPU devices (the CPU estimate, whether or not libtpu is here)
+  r, last = dry_run(*TPU_SHAPED, "--target=v4-8", "--compiler=cpu")
   assert r.returncode == 0, r.stderr[-2000:]
   assert "simulating 4 devices" in r.stdout and "'fsdp': 4" in r.stdout
+  assert "compiler: cpu estimate (" in r.stdout
   assert "diagnostics step" in r.stdout and "eval step" in r.stdout
   assert last.startswith("fits v4-8: yes (") and last.endswith(" of 32.0 GiB per device)"), last
 

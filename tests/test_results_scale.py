@@ -70,7 +70,7 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
   (not one of nothing, from init diagnostics that would otherwise run)."""
   out = tmp_path / "out"
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--scale=tpu", "--launcher=slurm",
-                      "--slurm.nodes=0", f"--root={tmp_path / 'runs'}", f"--out={out}", f"--data_paths={text_corpus}"],
+                      "--slurm.nodes=0", "--nomemory_plan", f"--root={tmp_path / 'runs'}", f"--out={out}", f"--data_paths={text_corpus}"],
                      cwd=ROOT, env={**ENV, grid.SIZE_ENV: "test"}, capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "--slurm.nodes=0 must be >= 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
   assert not (out / "results.md").exists()

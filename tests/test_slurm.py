@@ -168,7 +168,7 @@ def check_bad_input_fails_and_is_not_requeued(cluster, swept):
 def check_report_at_tpu_shape(cluster, tmp, text_corpus):
   root, out = tmp / "tpu_runs", tmp / "tpu_report"
   cmd = [sys.executable, "-m", "resnorm.results", "--scale=tpu", "--launcher=slurm", f"--root={root}",
-         f"--out={out}", f"--data_paths={text_corpus}", "--slurm.cpus_per_task=1"]
+         f"--out={out}", f"--data_paths={text_corpus}", "--slurm.cpus_per_task=1", "--target=v5e-1"]
 
   def results():
     return subprocess.run(cmd, cwd=ROOT, env={**ENV, **cluster_env(cluster), grid.SIZE_ENV: "test"},
@@ -176,6 +176,8 @@ def check_report_at_tpu_shape(cluster, tmp, text_corpus):
   t0 = time.time()
   first = results()
   assert first.returncode == 0 and "submitting 6" in first.stdout, first.stdout + first.stderr[-2000:]
+  # the budget, with each model's memory plan on the target, before anything was submitted
+  assert first.stdout.index("| all | 6 |") < first.stdout.index("submitting 6"), first.stdout
   points = json.loads((root / "points.json").read_text())["points"]
   assert len(points) == 6
   assert all(p["config"] == "configs/base.py:tpu" and "/configs/base.py:tpu" in str(p["command"]) for p in points)

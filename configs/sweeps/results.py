@@ -113,7 +113,7 @@ ASSUMED_MFU = 0.40  # until resnorm.bench measures one on the accelerator (docs/
 PEAK_FLOPS = {"v4-8": 4 * 275e12, "H100": 989e12}  # bf16 dense: 4 TPU v4 chips; one H100 SXM
 
 
-def device_hours(d, device: str, mfu: float = ASSUMED_MFU) -> float:
+def device_hours(d, device, mfu: float = ASSUMED_MFU, points=None) -> float:
   """Device-hours of a design's training runs: sum over its runs of training FLOPs (resnorm.flops' analytic count
   per token x batch x seq_len x steps) / (the device's bf16 peak x mfu). Left out: evals (5 a run, 32 batches of
   256 x 1024 tokens forward: about 1% of a 2000-step run), the diagnostics, compilation and remat's recomputation
@@ -123,12 +123,13 @@ def device_hours(d, device: str, mfu: float = ASSUMED_MFU) -> float:
   v4-8) or 62 H100-hours (8 H100s: 8 hours). A second map depth at 48 layers (66 more runs, C8-C9 then at 48)
   would add about 112 v4-8 hours; C4 at 96 layers (6 runs) 17 more. The test recomputes these figures."""
   from resnorm import flops
+  peak = PEAK_FLOPS[device] if isinstance(device, str) else float(device)  # a name of PEAK_FLOPS, or FLOP/s
   total = 0.0
-  for c, r, s in grid.points(d):
+  for c, r, s in (grid.points(d) if points is None else points):
     cfg = grid.config(d, c, grid.overrides(d, r, s, c))
     tokens = cfg.train.batch_size * cfg.data.seq_len * r.steps
     total += flops.train_flops_per_token(cfg.model, cfg.data.seq_len) * tokens
-  return total / (PEAK_FLOPS[device] * mfu) / 3600
+  return total / (peak * mfu) / 3600
 
 
 def sweep(add):

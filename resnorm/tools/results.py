@@ -35,6 +35,11 @@ flags.DEFINE_enum("scale", "cpu", list(grid.SCALES), "cpu: the report's design o
                   "accelerator design of configs/sweeps/results.py (TPU) over the :tpu configs, on --data_paths.")
 flags.DEFINE_string("data_paths", None, "--scale=tpu: the corpus shards (data.name=files), e.g. "
                     "'gs://BUCKET/c4/en/c4-train.*.json.gz'.")
+flags.DEFINE_string("target", "v4-8", "--scale=tpu: the TPU slice each run gets; the budget's device-hours and "
+                    "memory plans are for it, and a design that does not fit it is refused before anything starts.")
+flags.DEFINE_enum("compiler", "auto", ["auto", "tpu", "cpu"], "--scale=tpu: the memory plans' compiler (auto: the "
+                  "TPU compiler where libtpu is installed, else the CPU estimate).")
+flags.DEFINE_bool("memory_plan", True, "--scale=tpu: plan each model's memory on --target before submitting.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 SWEEP = os.path.join(ROOT, "configs", "sweeps", "results.py")
 DEFAULT_ROOT = "runs/results"
@@ -299,6 +304,11 @@ def main(argv):
   root = storage.absolute(FLAGS.root or DEFAULT_ROOT)
   mod = _module(SWEEP)
   d = grid.design(mod.FULL, size, FLAGS.scale, getattr(mod, "TPU", None))
+  if FLAGS.scale == "tpu" and FLAGS.memory_plan:
+    from resnorm.tools import tpu_budget
+    print(f"budget on {FLAGS.target} at {mod.ASSUMED_MFU:.0%} MFU (assumed), and each model's memory plan:",
+          flush=True)
+    tpu_budget.check_design(d, ROOT, FLAGS.target, FLAGS.compiler, mod.ASSUMED_MFU, mod.device_hours)
   prepare_corpora(d)
   rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
   if rc == EXIT_BAD_INPUT:
