@@ -104,7 +104,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.shuffle_window = 1000           # files: training documents shuffled within windows of this many (<= 1: off)
   d.seq_len = 64                    # tokens per example
   d.pack = True                     # pack documents (BOS-separated) into full rows; False: crop/pad each document
-  d.eval_batches = 8                # validation batches per eval
+  d.eval_set = "stratified"         # stratified: eval_bytes of targets drawn across every validation document by a
+                                    # fixed rule (resnorm.data.stratified_rows), the same for every seed; head: the
+                                    # first eval_batches batches of the unshuffled validation split
+  d.eval_bytes = 262144             # stratified: targets scored per eval (all of the split when it holds fewer)
+  d.eval_batches = 8                # head: validation batches per eval
+  d.eval_batch_size = 256           # rows per eval batch (0: train.batch_size); larger than training's: evals are
+                                    # forward only
+  d.piece_bytes = 4096              # training documents are cut into pieces of at most this many bytes before the
+                                    # shuffle, so a seed's steps span many works or files (0: whole documents)
   d.worker_count = 0                # grain worker processes (0: in-process)
 
   t = c.train = ml_collections.ConfigDict()
@@ -147,6 +155,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # whole-block remat, and diagnostics on 8 sequences. `train.py --dry_run --target=v4-8` prints the plan.
     m.dtype, m.remat = "bfloat16", "full"
     d.name, d.seq_len, d.eval_batches = "files", 1024, 32
+    d.eval_set, d.eval_batch_size = "head", 0  # the shards are streamed, not random access: the first 8.4M tokens
     # C4 or FineWeb shards in a bucket (docs/scaling.md: Cloud TPU runbook); left as is, training stops with exit 2
     d.paths = "SET_ME: --config.data.paths='gs://BUCKET/c4/en/c4-train.*-of-01024.json.gz'"
     t.batch_size, t.steps, t.warmup_steps, t.lr = 256, 20000, 2000, 3e-4

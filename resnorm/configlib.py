@@ -88,6 +88,12 @@ def validate(cfg) -> None:
   check(m.pos != "learned" or d.seq_len <= m.max_len, f"data.seq_len={d.seq_len} exceeds model.max_len={m.max_len}")
   check(0.0 < d.val_fraction < 1.0, f"data.val_fraction={d.val_fraction} must be in (0, 1)")
   check(d.eval_batches >= 1, f"data.eval_batches={d.eval_batches} must be >= 1")
+  check(d.get("eval_set", "head") in ("stratified", "head"),
+        f"data.eval_set={d.get('eval_set')!r} is unknown; known: stratified, head")
+  check(d.get("eval_bytes", 1) >= 1, f"data.eval_bytes={d.get('eval_bytes')} must be >= 1")
+  check(d.get("eval_batch_size", 0) >= 0, f"data.eval_batch_size={d.get('eval_batch_size')} must be >= 0 "
+        "(0: train.batch_size)")
+  check(d.get("piece_bytes", 0) >= 0, f"data.piece_bytes={d.get('piece_bytes')} must be >= 0 (0: whole documents)")
   window = d.get("shuffle_window", 0)  # absent from configs stored before it existed
   check(window >= 0, f"data.shuffle_window={window} must be >= 0 (<= 1: off)")
   check(t.batch_size >= 1, f"train.batch_size={t.batch_size} must be >= 1")

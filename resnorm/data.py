@@ -4,7 +4,9 @@ files) -> grain -> global batches.
 Bytes are tokens 0..255; every document starts with BOS (256); PAD (257) never appears as a target. With
 `data.pack`, documents are concatenated and split into rows of seq_len + 1 tokens (grain's ConcatThenSplit;
 attention is not masked at document boundaries, as in GPT-style packing); otherwise each document is cropped or
-padded. Training iterators are grain `DatasetIterator`s whose state is checkpointed with the train state, so a
+padded. Training documents are first cut into pieces of at most `data.piece_bytes` (each piece starts with BOS), and
+the pieces are shuffled, so a short run reads many works or files, and two seeds read different text. Training
+iterators are grain `DatasetIterator`s whose state is checkpointed with the train state, so a
 resumed run sees exactly the batches an uninterrupted one would.
 
 Several processes: every process runs this same pipeline and keeps its rows of each global batch
@@ -138,6 +140,25 @@ class _ToBatch:
             "mask": (seg[:, 1:] > 0).astype(np.float32)}
 
 
+class _Pieces:
+  """Documents cut into consecutive pieces of at most `size` bytes, as one random-access sequence (grain reads it
+  as a source). Reads every document once, for its length."""
+
+  def __init__(self, docs, size: int):
+    self.docs, self.size = docs, size
+    lengths = np.array([len(docs[i]) for i in range(len(docs))], np.int64)
+    counts = -(-lengths // size)
+    self.doc = np.repeat(np.arange(len(lengths)), counts)
+    self.start = np.concatenate([np.arange(c) * size for c in counts]) if len(counts) else np.zeros(0, np.int64)
+
+  def __len__(self):
+    return int(self.doc.size)
+
+  def __getitem__(self, i):
+    start = int(self.start[i])
+    return self.docs[int(self.doc[i])][start:start + self.size]
+
+
 def dataset(dcfg, split: str, batch_size: int, seed: int, shuffle: bool = True) -> grain.IterDataset:
   """The global batches ([batch_size, ...]), identical on every process."""
   if dcfg.name == "files":
@@ -145,6 +166,8 @@ def dataset(dcfg, split: str, batch_size: int, seed: int, shuffle: bool = True) 
   else:
     docs = documents(dcfg, split)
     check(len(docs) > 0, f"data.name={dcfg.name!r} has no {split} documents")
+    if split == "train" and dcfg.get("piece_bytes", 0):
+      docs = grain.MapDataset.source(_Pieces(docs, dcfg.piece_bytes))
     if shuffle:
       docs = docs.shuffle(seed=seed)
     rows = docs.repeat(None).map(_WithBOS()).to_iter_dataset()
@@ -164,6 +187,67 @@ def train_iterator(cfg):
 
 
 def eval_batches(cfg) -> list[dict]:
-  """The fixed validation batches: the first `data.eval_batches` of the unshuffled validation split."""
-  it = iter(dataset(cfg.data, "validation", cfg.train.batch_size, cfg.seed, False))
-  return [next(it) for _ in range(cfg.data.eval_batches)]
+  """The fixed validation batches, the same for every seed. `data.eval_set`: `stratified` (stratified_rows), or
+  `head`, the first `data.eval_batches` batches of the unshuffled validation split (configs stored before
+  eval_set existed)."""
+  d = cfg.data
+  rows = d.get("eval_batch_size", 0) or cfg.train.batch_size
+  if d.get("eval_set", "head") == "head":
+    it = iter(dataset(d, "validation", rows, cfg.seed, False))
+    return [next(it) for _ in range(d.eval_batches)]
+  tok = stratified_rows(documents(d, "validation"), d.seq_len, d.eval_bytes)
+  n = -(-tok.shape[0] // rows) * rows  # whole batches: the rest are PAD rows, masked out
+  tok = np.concatenate([tok, np.full((n - tok.shape[0], d.seq_len + 1), PAD, np.int32)])
+  out = []
+  for i in range(0, n, rows):
+    t = tok[i:i + rows]
+    out.append({"inputs": t[:, :-1], "targets": t[:, 1:], "mask": (t[:, 1:] != PAD).astype(np.float32)})
+  return out
+
+
+def allocate(total: int, lengths, capacity) -> np.ndarray:
+  """Rows per document: one each while there are rows for all, the rest in proportion to length (largest
+  remainder), never more than a document's capacity; everything when total exceeds the capacity."""
+  lengths, capacity = np.asarray(lengths, float), np.asarray(capacity, np.int64)
+  if total >= capacity.sum():
+    return capacity.copy()
+  k = np.minimum(capacity, 1) if total >= len(capacity) else np.zeros_like(capacity)
+  while k.sum() < total:
+    room = capacity - k
+    want = (total - k.sum()) * np.where(room > 0, lengths, 0) / np.where(room > 0, lengths, 0).sum()
+    add = np.minimum(np.floor(want).astype(np.int64), room)
+    if add.sum() == 0:  # the remainders: one more row to the largest of them, in document order on ties
+      add = np.zeros_like(k)
+      add[np.argmax(np.where(room > 0, want, -1))] = 1
+    k += add
+  return k
+
+
+def stratified_rows(docs, seq_len: int, target_bytes: int) -> np.ndarray:
+  """The stratified eval set: [rows, seq_len + 1] int32 windows of BOS + document, ceil(target_bytes / seq_len)
+  rows drawn across every document of `docs` (a validation split). Rows go to documents by `allocate`
+  (proportional to length, each document first); within a document, its rows are evenly spaced, non-overlapping
+  windows from its start to its end. A document shorter than a row is one row, padded. Fixed: no seed."""
+  width = seq_len + 1
+  toks = [np.concatenate([[BOS], np.asarray(docs[i], np.int32)]).astype(np.int32) for i in range(len(docs))]
+  check(toks, "the validation split has no documents")
+  lengths = np.array([t.size for t in toks])
+  capacity = np.maximum(1, lengths // width)
+  per_row = np.minimum(lengths, width) - 1   # targets a document's rows score: short documents score fewer
+  total = -(-target_bytes // seq_len)
+  while True:  # rows until the targets reach target_bytes (or the split is used up)
+    k = allocate(total, lengths, capacity)
+    short = target_bytes - int((k * per_row).sum())
+    if short <= 0 or k.sum() == capacity.sum():
+      break
+    total += -(-short // seq_len)
+  rows = []
+  for t, n in zip(toks, k):
+    if n == 0:
+      continue
+    if t.size < width:
+      rows.append(np.pad(t, (0, width - t.size), constant_values=PAD))
+      continue
+    stride = (t.size - width) // (n - 1) if n > 1 else 0
+    rows += [t[j * stride:j * stride + width] for j in range(n)]
+  return np.stack(rows).astype(np.int32)

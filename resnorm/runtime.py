@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from resnorm import configlib, optim, sharding, step
+from resnorm import configlib, optim, sharding, stats, step
 from resnorm.errors import check
 
 
@@ -68,14 +68,16 @@ class Setup:
       return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl, self.cfg.train.grad_accum)
 
   def evaluate(self, params, batches) -> dict:
-    """eval_loss (nats per predicted byte) and bits_per_byte over fixed batches."""
-    total, count = 0.0, 0.0
+    """eval_loss (nats per predicted byte), bits_per_byte, eval_tokens (the targets scored) and eval_loss_se (its
+    bootstrap standard error over the eval rows, resnorm.stats) over fixed batches."""
     with self.mesh_context():
       outs = [self.eval_step(params, self.device_batch(b)) for b in batches]
-    for t, c in jax.device_get(outs):
-      total, count = total + float(t), count + float(c)
-    loss = total / max(count, 1.0)
-    return {"eval_loss": loss, "bits_per_byte": loss / math.log(2)}
+    outs = jax.device_get(outs)
+    sums = np.concatenate([np.asarray(t, np.float64).reshape(-1) for t, _ in outs])
+    counts = np.concatenate([np.asarray(c, np.float64).reshape(-1) for _, c in outs])
+    loss = float(sums.sum() / max(counts.sum(), 1.0))
+    return {"eval_loss": loss, "bits_per_byte": loss / math.log(2), "eval_tokens": int(counts.sum()),
+            "eval_loss_se": stats.bootstrap_se(sums, counts)}
 
   def evaluate_table(self, nll_V, batches) -> float:
     """Mean of nll_V[target] over the masked targets of `batches`: a context-free model (the unigram baseline)
@@ -105,6 +107,9 @@ def build(cfg, devices=None) -> Setup:
   check(cfg.train.batch_size % (dp * accum) == 0,
         f"train.batch_size={cfg.train.batch_size} is not divisible by train.grad_accum={accum} x the data-parallel "
         f"size {dp}: every device needs the same whole number of sequences in each micro-batch")
+  rows = cfg.data.get("eval_batch_size", 0) or cfg.train.batch_size
+  check(rows % (dp * accum) == 0, f"data.eval_batch_size={rows} (rows per eval batch; 0: train.batch_size) is not "
+        f"divisible by train.grad_accum={accum} x the data-parallel size {dp}")
   diag = step.diag_rows(cfg)
   check(diag % dp == 0, f"train.diag_batch={cfg.train.diag_batch} (the sequences diagnostics use; 0: one "
         f"micro-batch, {cfg.train.batch_size // accum}) is not divisible by the data-parallel size {dp}")

@@ -113,15 +113,16 @@ def train_step(state, batch, *, cfg, mcfg, tx):
 
 
 def eval_step(params, batch, *, mcfg, accum: int = 1):
-  """(sum of target-token losses, target-token count); with accum > 1, over micro-batches (see train_step)."""
+  """Per row: (sum of target-token losses [B], target-token count [B]), the rows a bootstrap of the eval loss
+  resamples (resnorm.stats); with accum > 1, over micro-batches (see train_step), rows back in batch order."""
   def one(mb):
     logits, _ = LM(mcfg).apply({"params": params}, mb["inputs"])
-    return loss_and_count(logits, mb)
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, mb["targets"])
+    return jnp.sum(ce * mb["mask"], axis=1), jnp.sum(mb["mask"], axis=1)
   if accum == 1:
     return one(batch)
-  sums, _ = jax.lax.scan(lambda acc, mb: (jax.tree.map(jnp.add, acc, one(mb)), None),
-                         (jnp.zeros((), jnp.float32), jnp.zeros((), jnp.float32)), micro_batches(batch, accum))
-  return sums
+  _, rows = jax.lax.scan(lambda c, mb: (c, one(mb)), None, micro_batches(batch, accum))  # [A, B/A]
+  return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(-1), rows)  # micro-batch a, row i: row i*A + a
 
 
 def jit_train_step(cfg, mcfg, tx, state_sh=None, batch_sh=None, repl=None):

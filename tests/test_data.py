@@ -1,5 +1,7 @@
 """Data: the offline corpus (disjoint splits), packing (BOS + whole documents), crop/pad (PAD never a target),
 seed shuffling, per-process shards, eval = the validation split, exact iterator resume, text files, TFDS."""
+import re
+
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -175,3 +177,83 @@ def test_registered_tfds_text_dataset_with_mock_data(tmp_path):
 def test_unknown_dataset_is_input_error(tmp_path):
   with pytest.raises(InputError, match="data.name='no_such_dataset'"):
     data.documents(tiny_config(**{"data.name": "no_such_dataset", "data.data_dir": str(tmp_path)}).data, "train")
+
+
+# ---- report v4: the eval set and what each seed reads ----------------------------------------------------------
+
+TAG = re.compile(rb"<(\d\d)>")
+
+
+def _works_config(works, seed=0, **over):
+  return text_config(works, **{"seed": seed, "data.seq_len": 64, "train.batch_size": 8, "data.val_fraction": 0.1,
+                               "data.piece_bytes": 4096, **over})
+
+
+def test_seeds_read_different_text_across_many_works(works):
+  """Pieces of at most 4 KB, shuffled: over seeds 0-5 the first 200 steps' bytes differ pairwise, and each seed's
+  span covers at least 10 works (whole documents, the default before pieces, covered one or two)."""
+  streams = []
+  for seed in range(6):
+    it = data.train_iterator(_works_config(works, seed))
+    b = [next(it) for _ in range(200)]
+    stream = _stream(b)
+    streams.append(stream)
+    text = bytes(stream[stream < 256].astype(np.uint8))
+    assert len(set(TAG.findall(text))) >= 10, (seed, sorted(set(TAG.findall(text))))
+    starts = np.flatnonzero(stream == data.BOS)
+    assert np.diff(starts).max() <= 4096 + 1  # no piece longer than piece_bytes (+ its BOS)
+  for i in range(6):
+    for j in range(i):
+      assert not np.array_equal(streams[i], streams[j]), (i, j)
+  whole = _stream([next(it) for it in [data.train_iterator(_works_config(works, 0, **{"data.piece_bytes": 0}))]
+                   for _ in range(200)])
+  assert len(set(TAG.findall(bytes(whole[whole < 256].astype(np.uint8))))) <= 6
+
+
+def test_pieces_cover_each_training_document_once(works):
+  cfg = _works_config(works)
+  docs = data.documents(cfg.data, "train")
+  pieces = data._Pieces(docs, 4096)
+  for i in range(len(docs)):
+    got = np.concatenate([pieces[k] for k in np.flatnonzero(pieces.doc == i)])
+    np.testing.assert_array_equal(got, docs[i])
+  assert all(len(pieces[k]) <= 4096 for k in range(len(pieces)))
+
+
+def test_eval_set_is_stratified_over_every_validation_document_not_its_head(works):
+  cfg = _works_config(works, **{"data.eval_set": "stratified", "data.eval_bytes": 16384, "data.eval_batch_size": 32})
+  batches = data.eval_batches(cfg)
+  assert all(b["inputs"].shape == (32, 64) for b in batches)
+  tokens = sum(b["mask"].sum() for b in batches)
+  assert tokens >= 16384
+  rows = np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], 1) for b in batches])
+  rows = rows[np.concatenate([b["mask"][:, 0] > 0 for b in batches])]
+  val = [np.concatenate([[data.BOS], np.asarray(d, np.int64)]) for d in data.documents(cfg.data, "validation")]
+  # every row is a window of one validation document; every document has rows; windows do not overlap
+  found = {}
+  for r in rows:
+    text = bytes(r[r < 256].astype(np.uint8))
+    (w,) = set(TAG.findall(text))
+    doc = val[int(w)]
+    offs = [o for o in range(doc.size - 64) if np.array_equal(doc[o:o + 65], r)]
+    assert len(offs) == 1
+    found.setdefault(int(w), []).append(offs[0])
+  assert sorted(found) == list(range(60))
+  for offs in found.values():
+    assert all(b - a >= 65 for a, b in zip(sorted(offs), sorted(offs)[1:]))
+  # not the head of the split: the first rows do not all come from the first document, and another seed scores the
+  # same bytes
+  head = data.eval_batches(_works_config(works, **{"data.eval_set": "head", "data.eval_batches": 8,
+                                                    "data.eval_batch_size": 32}))
+  assert not np.array_equal(head[0]["inputs"], batches[0]["inputs"])
+  again = data.eval_batches(_works_config(works, 5, **{"data.eval_set": "stratified", "data.eval_bytes": 16384,
+                                                       "data.eval_batch_size": 32}))
+  for a, b in zip(batches, again):
+    np.testing.assert_array_equal(a["inputs"], b["inputs"])
+
+
+def test_allocate_is_proportional_each_document_first_and_capped():
+  np.testing.assert_array_equal(data.allocate(10, [100, 300, 600], [50, 50, 50]), [1, 3, 6])
+  np.testing.assert_array_equal(data.allocate(4, [1, 1, 1000], [5, 5, 5]), [1, 1, 2])  # each document first
+  np.testing.assert_array_equal(data.allocate(99, [10, 20], [2, 3]), [2, 3])  # all there is
+  assert data.allocate(7, [5, 1, 1], [9, 9, 9]).sum() == 7

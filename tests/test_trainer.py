@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 
+import jax
 import numpy as np
 import pytest
 
@@ -187,3 +188,25 @@ def test_config_changes_on_resume(tmp_path, text_corpus):
   assert prov["versions"]["jax"] == jax.__version__
   assert prov["devices"] == {"platform": "cpu", "device_kind": jax.devices()[0].device_kind, "count": 1}
   assert prov["processes"] == 1
+
+
+def test_summary_scores_the_stratified_eval_set_with_its_error_and_baseline(tmp_path, works):
+  """summary.json: eval_tokens (the targets of the stratified set), eval_loss_se (bootstrap), and the unigram
+  baseline and stall flag on that same set."""
+  from resnorm import data, stats, unigram
+  cfg = text_config(works, **{"data.seq_len": 32, "data.val_fraction": 0.1, "data.eval_set": "stratified",
+                              "data.eval_bytes": 4096, "data.eval_batch_size": 16})
+  assert trainer.train(cfg, str(tmp_path)) == 0
+  summary = json.load(open(tmp_path / "summary.json"))
+  batches = data.eval_batches(cfg)
+  assert summary["eval_tokens"] == sum(int(b["mask"].sum()) for b in batches) >= 4096
+  s = runtime.build(cfg)
+  assert summary["unigram_eval_loss"] == pytest.approx(unigram.eval_loss(s, batches, str(tmp_path)), rel=1e-6)
+  assert summary["learned_beyond_unigram"] == unigram.learned_beyond(summary["final_eval_loss"],
+                                                                       summary["unigram_eval_loss"])
+  params = _final_params(cfg, str(tmp_path), cfg.train.steps)["params"]
+  rows = [jax.device_get(s.eval_step(params, b)) for b in batches]
+  sums, counts = (np.concatenate([np.asarray(r[i]) for r in rows]) for i in (0, 1))
+  assert summary["final_eval_loss"] == pytest.approx(sums.sum() / counts.sum(), rel=1e-5)
+  assert summary["eval_loss_se"] == pytest.approx(stats.bootstrap_se(sums, counts), rel=1e-5) and \
+      summary["eval_loss_se"] > 0
