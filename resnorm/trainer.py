@@ -74,6 +74,7 @@ class Trainer:
 
   def __init__(self, cfg, workdir: str, owner: lock.WorkdirLock | None = None, allow_config_change: bool = False):
     self.t_created = time.perf_counter()
+    self.started_at = time.time()  # wall clock: a grid's wall time is read from its runs' started_at/finished_at
     self.cfg, self.workdir, self.owner = cfg, workdir, owner
     self.allow_config_change = allow_config_change
     self.s = runtime.build(cfg)
@@ -133,7 +134,7 @@ class Trainer:
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
         "diag_compile_s": round(self.diag_compile_s, 3), "tb_draw_s": round(self.tb_draw_s, 3),
         **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra,
-        "provenance": self.provenance})
+        "started_at": round(self.started_at, 3), "finished_at": round(time.time(), 3), "provenance": self.provenance})
 
   def _log(self, rec: dict):
     if self.lead:

@@ -12,13 +12,11 @@ python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K
 test's size. Nothing in the report is typed in: every number is read from the runs.
 """
 import importlib.util
-import math
 import os
 import subprocess
 import sys
 import time
 
-import numpy as np
 from absl import flags
 
 from resnorm import storage, workdir as wd
@@ -26,6 +24,7 @@ from resnorm.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.tools import claims as cl
 from resnorm.tools import grid
 from resnorm.tools import results_figs as figs
+from resnorm.tools import results_md as md
 from resnorm.tools import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
 
 FLAGS = flags.FLAGS
@@ -52,9 +51,11 @@ def _module(path):
   return mod
 
 
-def grid_env(d) -> dict:
-  """What the sweep file reads to build this same design."""
+def grid_env(d, root: str | None = None) -> dict:
+  """What the sweep file reads to build this same design (with the recipes that get more seeds, under root)."""
   env = {grid.SIZE_ENV: d["size"], grid.SCALE_ENV: d["scale"]}
+  if root is not None:
+    env[grid.MORE_ENV] = more_seeds_path(root)
   if d["scale"] == "tpu":
     env[grid.TPU_DATA_ENV] = d["corpora"][grid.TPU_CORPUS]["data.paths"]
   return env
@@ -64,9 +65,33 @@ def run_grid(d, root: str, jobs: int, launcher: str) -> int:
   """The grid through resnorm.sweep: run here (local), submitted as a SLURM array (returns once submitted), or run
   by every host of a slice (tpu). The --slurm.* flags given to this command pass through."""
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
-  env = {**os.environ, **grid_env(d), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+  env = {**os.environ, **grid_env(d, root), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
   return subprocess.run([sys.executable, "-m", "resnorm.sweep", SWEEP, f"--root={root}", f"--jobs={jobs}",
                          f"--launcher={launcher}", *passed], cwd=ROOT, env=env).returncode
+
+
+def more_seeds_path(root: str) -> str:
+  return storage.join(root, "more_seeds.json")
+
+
+def seeds_to_add(Rs: dict, d) -> list[grid.Recipe]:
+  """The recipes read by a part whose effect lies within verdicts.MORE_SEEDS_SE standard errors of zero after the
+  design's first seeds (issue 37: at least 5 seeds there), besides those already listed."""
+  from resnorm.tools import verdicts
+  if not d.get("more_seeds"):
+    return []
+  by_corpus, _ = evaluate_claims(Rs, d)
+  want = {r for claims in by_corpus.values() for c in claims for p in c["parts"]
+          if p["reads_runs"] and verdicts.needs_more_seeds(p, len(d["seeds"])) for r in p["recipes"]}
+  return sorted(want - set(d["more_recipes"]), key=repr)
+
+
+def add_more_seeds(root: str, d, recipes: list) -> None:
+  """Appends to root/more_seeds.json, which the sweep file reads (grid.more_recipes): a rerun keeps the list."""
+  allr = list(dict.fromkeys(list(d["more_recipes"]) + list(recipes)))
+  storage.makedirs(root)
+  wd.write_json(more_seeds_path(root), {"seeds": list(d["more_seeds"]), "recipes": [list(r) for r in allr]})
+  d["more_recipes"] = allr
 
 
 def prepare_corpora(d) -> None:
@@ -90,9 +115,11 @@ def init_diagnostics(R, d) -> int:
   logging.set_verbosity(logging.WARNING)
   startup.start()
   for v, L, s in todo:
-    cfg = grid.config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_batches": 2,
-                                # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
-                                "model.init": "xavier"})
+    # 2 batches of the split's head: C1-C2 read the init diagnostics (gradients, activations), not this loss
+    cfg = grid.config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_set": "head",
+                                    "data.eval_batches": 2, "data.eval_batch_size": 0,
+                                    # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
+                                    "model.init": "xavier"})
     setup = runtime.build(cfg)
     res = evaluate.report(setup, setup.init_state()["params"], data.eval_batches(cfg), 0)
     path = R.init_path(v, L, s)
@@ -103,85 +130,14 @@ def init_diagnostics(R, d) -> int:
 
 # ---- markdown ----------------------------------------------------------------------------------------------------
 
-def _pm(values):
-  x = np.array(values, dtype=float)
-  if not len(x):
-    return "n/a"
-  return f"{x.mean():+.3g} ± {x.std(ddof=1):.2g}" if len(x) > 1 else f"{x.mean():+.3g}"
-
-
-def _seeds(c, d):
-  """Seeds that entered the claim's parts: 'n' (all planned) or 'n of N', per part when they differ."""
-  counts = []
-  for p in c["parts"]:
-    planned = len(p.get("planned", d["seeds"]))
-    counts.append(str(len(p["values"])) if len(p["values"]) == planned else f"{len(p['values'])} of {planned}")
-  return counts[0] if len(set(counts)) == 1 else ", ".join(f"{p['label']}: {n}" for p, n in zip(c["parts"], counts))
-
-
-def _cell(c, d) -> str:
-  effect = "; ".join(f"{p['label']}: {_pm(list(p['values'].values()))}" + (" (out of regime)" if p["verdict"] ==
-                     cl.OUT_OF_REGIME else "") for p in c["parts"])
-  return f"**{c['verdict']}**<br>{effect}<br>seeds {_seeds(c, d)}"
-
-
-def claims_table(by_corpus, d) -> list[str]:
-  """One row per claim, one verdict column per corpus: the verdict, each part's effect (mean ± std), the seeds."""
-  corpora = list(by_corpus)
-  lines = ["| claim | source | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
-  for i, c in enumerate(by_corpus[corpora[0]]):
-    lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | " +
-                 " | ".join(_cell(by_corpus[k][i], d) for k in corpora) + " |")
-  return lines
-
-
-def _mde(p) -> str:
-  return "n/a" if p["detectable"] is None else f"{p['detectable']:.2g}"
-
-
-def _regime_cell(p) -> str:
-  bad = [s for s, ok in p["in_regime"].items() if not ok]
-  return p["regime"] + (f" — **not met** (seed {', '.join(map(str, bad))})" if bad else "")
-
-
-def claim_section(c, d, corpus, fig_names) -> list[str]:
-  seeds = grid.all_seeds(d) if any(set(p["values"]) - set(d["seeds"]) for p in c["parts"]) else d["seeds"]
-  lines = [f"#### {corpus}: **{c['verdict']}**", "",
-           "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
-           " | mean ± std | detectable (2 SE) | regime its runs must meet | verdict |",
-           "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|"]
-  for p in c["parts"]:
-    vals = " | ".join(f"{p['values'][s]:+.4g}" if s in p["values"] else "missing" for s in seeds)
-    lines.append(f"| {p['label']} | {p['what']} | {'> 0' if p['sign'] > 0 else '< 0'} | {vals} | "
-                 f"{_pm(list(p['values'].values()))} | {_mde(p)} | {_regime_cell(p)} | {p['verdict']} |")
-  return lines + [""] + [f"![{corpus} {n}](figures/{corpus}/{n})" for n in fig_names] + [""]
-
-
-def unreached(R, d) -> list[str]:
-  """The depths and horizons whose finished runs did not reach the flattened regime, in words (empty: all reached).
-  A run not yet finished is not counted here: the report lists it as unfinished."""
-  def unsettled(r):
-    return any(R.run(r, s) and not R.settled(r, s) for s in d["seeds"])
-  out = []
-  for v in grid.MAIN:
-    bad = [L for L in d["depths"] if unsettled(grid.ref_long(d, v, L))]
-    if bad:
-      out.append(f"{v} at {', '.join(map(str, bad))} layers in {d['horizon']} steps (C4)")
-  lg = d["long"]
-  bad = [v for v in grid.MAIN if unsettled(grid.Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], lg["steps"]))]
-  if bad:
-    out.append(f"{' and '.join(bad)} at {lg['layers']} layers in {lg['steps']} steps (C7)")
-  return out
-
-
 def map_tables(R, d) -> list[str]:
   n = len(d["seeds"])
   cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
   out = []
   for L in d["map_depths"]:
-    out += [f"**{R.corpus}, {L} layers** (final eval loss, mean ± std over the seeds that did not diverge; counts of "
-            "diverged and stalled seeds)", "",
-            "| variant | " + " | ".join(f"lr {lr:g} wu {grid.warmup_steps(d['steps'], f)}" for lr, f in cols) + " |",
+    out += [f"**{R.corpus}, {L} layers** (final eval loss, mean ± std over the seeds that trained, neither diverged "
+            "nor stalled; then how many seeds diverged or stalled)", "",
+            "| variant | " + " | ".join(f"lr {lr:g} warmup {f:.0%}" for lr, f in cols) + " |",
             "|---|" + "---|" * len(cols)]
     for v in d["variants"]:
       cells = []
@@ -196,10 +152,37 @@ def map_tables(R, d) -> list[str]:
 def run_counts(Rs, d) -> dict:
   names = grid.points(d)
   runs = [Rs[c].run(r, s) for c, r, s in names]
-  secs = sum(sum(x["summary"].get(k) or 0 for k in ("startup_s", "train_s")) for x in runs if x)
-  return {"runs": len(names), "finished": sum(bool(x) for x in runs), "diverged": sum(bool(x) and x["diverged"]
-          for x in runs), "stalled": sum(bool(x) and x["stalled"] for x in runs), "run_minutes": secs / 60,
-          "flagged": sum(bool(x) and "learned_beyond_unigram" in x["summary"] for x in runs)}
+  done = [x["summary"] for x in runs if x]
+  secs = sum(sum(x.get(k) or 0 for k in ("startup_s", "train_s")) for x in done)
+  starts = [x["started_at"] for x in done if x.get("started_at")]
+  ends = [x["finished_at"] for x in done if x.get("finished_at")]
+  commits = sorted({(x.get("provenance") or {}).get("git_commit") or "unknown" for x in done})
+  return {"runs": len(names), "finished": len(done), "diverged": sum(bool(x) and x["diverged"] for x in runs),
+          "stalled": sum(bool(x) and x["stalled"] for x in runs), "run_minutes": secs / 60,
+          "flagged": sum("learned_beyond_unigram" in x for x in done),
+          "wall_minutes": (max(ends) - min(starts)) / 60 if starts and ends else None,
+          "first": min(starts) if starts else None, "last": max(ends) if ends else None, "commits": commits,
+          "dirty": any((x.get("provenance") or {}).get("git_dirty") for x in done)}
+
+
+def machine() -> str:
+  """This machine, in words: CPU model, cores, OS, Python and jax versions."""
+  import platform
+  model = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), model)
+  except OSError:
+    pass
+  import jax
+  return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python "
+          f"{platform.python_version()}, jax {jax.__version__}")
+
+
+def _when(ts) -> str:
+  import datetime
+  return "n/a" if ts is None else datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
+      "%Y-%m-%d %H:%M UTC")
 
 
 def _flags(k) -> str:
@@ -215,18 +198,33 @@ CORPUS_TEXT = {"pystdlib": "Python source bytes", "shakespeare": "the complete w
 def design_text(d) -> str:
   lg = d["long"]
   cfg = grid.config(d, next(iter(d["corpora"])), {})
-  more = (f"; the recipes of C6a-b, C8 and C9 also run seeds {list(d['more_seeds'])}" if d.get("more_seeds") else "")
+  more = (f"; {len(d['more_recipes'])} recipes (those of parts within 3 standard errors of zero after them) also "
+          f"run seeds {list(d['more_seeds'])}" if d.get("more_recipes") else "")
   return (f"Corpora: {', '.join(f'`{c}` ({CORPUS_TEXT.get(c, c)})' for c in d['corpora'])}, every recipe on each. "
           f"Model (`{d['config']}`): d {cfg.model.d_model}, {cfg.model.num_heads} heads, MLP {cfg.model.mlp_dim}, "
           f"{cfg.model.dtype}, {d['steps']} steps, batch {cfg.train.batch_size} x {cfg.data.seq_len} bytes, seeds "
           f"{list(d['seeds'])}{more} (paired: a seed gives every variant the same base weights and data order). "
           f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
-          f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup {', '.join(f'{f:.0%}' for f in d['warmup_fracs'])}. "
+          f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup "
+          f"{', '.join(_warmup(d, f) for f in d['warmup_fracs'])}. "
           f"Reference recipe: lr {d['ref_lr']:g}, warmup {d['ref_warmup_frac']:.0%}. Depth sweep (C4): "
           f"{list(d['depths'])} layers at {d['horizon']} steps; C2b and C5 compare the {d['pair_layers']}-layer pair "
           f"of it (where both variants train). Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier "
-          f"init, 2 validation batches. Longer training (C7): {lg['layers']} layers, lr {lg['lr']:g}, "
+          f"init. Eval: {_eval_text(cfg)}. Longer training (C7): {lg['layers']} layers, lr {lg['lr']:g}, "
           f"{lg['steps']} steps.")
+
+
+def _warmup(d, f) -> str:
+  return f"{f:.0%} ({grid.warmup_steps(d['steps'], f)} steps)"
+
+
+def _eval_text(cfg) -> str:
+  dc = cfg.data
+  if dc.get("eval_set", "head") == "stratified":
+    return (f"{dc.eval_bytes:,} target bytes drawn across every validation document by a fixed stratified rule (the "
+            f"same bytes for every run and seed), at 25, 50, 75 and 100% of each run's steps; training reads pieces "
+            f"of at most {dc.piece_bytes:,} bytes, shuffled across the training split by the seed")
+  return f"the first {dc.eval_batches} batches of the validation split"
 
 
 def unfinished(Rs, d) -> list[str]:
@@ -240,35 +238,37 @@ def unfinished(Rs, d) -> list[str]:
   return out
 
 
+def evaluate_claims(Rs: dict, d) -> tuple[dict, int]:
+  """corpus -> claims, judged together (Holm's correction over every part of the report); and that number."""
+  by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
+  return by_corpus, cl.judge(by_corpus)
+
+
 def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   """Rs: corpus -> claims.Runs."""
-  by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
+  import datetime
+  from resnorm import provenance
+  by_corpus, m = evaluate_claims(Rs, d)
   k = run_counts(Rs, d)
-  unreach = [f"{c}: {'; '.join(u)}" for c, R in Rs.items() if (u := unreached(R, d))]
   todo = unfinished(Rs, d)
   flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
+  here = provenance.git_state()
+  wall = "n/a" if k["wall_minutes"] is None else f"{k['wall_minutes']:.0f} minutes"
   lines = [f"# Results at {d['scale'].upper()} scale", "",
-           f"Generated by `python -m resnorm.results{flags_text}` (size "
-           f"`{d['size']}`) from {k['finished']} of {k['runs']} runs ({k['diverged']} diverged, {k['stalled']} "
-           f"stalled: learned nothing beyond byte frequencies{_flags(k)}) plus init diagnostics. The runs' own time: "
-           f"{k['run_minutes']:.0f} run-minutes; this invocation spent {wall_s / 60:.1f} minutes of wall time "
-           "running and reading them (finished runs are reused; the figures and this page come after). "
-           "Every number below is read from the runs.", "", design_text(d), "",
-           "## Claims", "", *claims_table(by_corpus, d), "",
-           "Verdict per part, from the paired per-seed values x (sign-adjusted so the claim predicts x > 0): "
-           "**reproduced** if x > 0 in every seed and the mean exceeds 2 standard errors; **not reproduced** if x < 0 "
-           "in every seed by the same rule; **inconclusive** otherwise. Each part declares beforehand the regime its "
-           "runs must meet for the claim to apply (none at init; the arms compared learned beyond the byte unigram; "
-           f"the eval loss flattened: the last {cl.FLAT_FRAC:.0%} of steps moved it by less than {cl.FLAT_TOL} "
-           "nats/byte). A part where any seed's runs miss it is **out of regime**, whatever its values: those runs "
-           f"could not test the claim, in either direction. {cl.COMBINE_RULE} \"detectable\" is the smallest mean "
-           "effect 2 standard errors could call with the seeds run (2 std / sqrt(seeds)): an inconclusive part whose "
-           "effect is below it needs more seeds, not a larger effect. A diverged run scores ln 256 = "
-           f"{cl.FAIL_LOSS:.3f} nats/byte; \"no worse\" allows {cl.MARGIN} nats/byte.", "",
-           "Depths and horizons this budget could not bring to the flattened regime: " +
-           ("; ".join(unreach) if unreach else "none") + "." +
+           f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
+           f"resnorm.results{flags_text}` (size `{d['size']}`) at commit `{(here['git_commit'] or 'unknown')[:10]}`"
+           f"{' (with uncommitted changes)' if here['git_dirty'] else ''}, on {machine()}. Runs: {k['finished']} of "
+           f"{k['runs']} finished ({k['diverged']} diverged, {k['stalled']} stalled: learned nothing beyond byte "
+           f"frequencies{_flags(k)}), at commit{'s' if len(k['commits']) > 1 else ''} "
+           f"{', '.join(f'`{c[:10]}`' for c in k['commits'])}{' (some with uncommitted changes)' if k['dirty'] else ''}"
+           f", plus init diagnostics. Cost: {k['run_minutes']:.0f} run-minutes; wall time from the runs' timestamps "
+           f"{wall} ({_when(k['first'])} to {_when(k['last'])}); this invocation: {wall_s / 60:.1f} minutes "
+           "(finished runs are reused). Every number below is read from the runs.", "", design_text(d), "",
+           "## Claims", "", *md.claims_table(by_corpus, d), "", md.rule_text(m, d), "",
+           "Parts whose own statistic had not settled by the end of their runs: " +
+           ("; ".join(md.unsettled(by_corpus)) or "none") + "." +
            (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
-            d["size"] == "full" else ""), ""]
+            d["size"] == "full" else ""), "", *md.across_corpora(by_corpus), ""]
   if todo:
     lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
               "when they end): " + ", ".join(todo) + ".", ""]
@@ -277,7 +277,7 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
     for corpus, R in Rs.items():
       fig_dir = os.path.join(out, "figures", corpus)
       os.makedirs(fig_dir, exist_ok=True)
-      lines += claim_section(by_corpus[corpus][i], d, corpus, figs.FIGURES[c["id"]](R, d, fig_dir))
+      lines += md.claim_section(by_corpus[corpus][i], d, corpus, figs.FIGURES[c["id"]](R, d, fig_dir))
     if c["id"] == "C3":
       lines += ["Stability map, cell by cell:", ""]
       for R in Rs.values():
@@ -310,9 +310,21 @@ def main(argv):
           flush=True)
     tpu_budget.check_design(d, ROOT, FLAGS.target, FLAGS.compiler, mod.ASSUMED_MFU, mod.device_hours)
   prepare_corpora(d)
+  os.environ[grid.MORE_ENV] = more_seeds_path(root)
+  d["more_recipes"] = grid.more_recipes(more_seeds_path(root))
   rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
   if rc == EXIT_BAD_INPUT:
     return rc  # the sweep refused its input and said why, in one line; there is nothing new to report
+  first = {c: cl.Runs(root, d, c) for c in d["corpora"]}
+  if all(first[c].run(r, s) for c, r, s in grid.points({**d, "more_recipes": []})):
+    # the second stage, once every first-stage run has finished: more seeds where the effect was still near 0
+    more = seeds_to_add(first, d)
+    if more:
+      from resnorm.tools import verdicts
+      print(f"{len(more)} recipes read by parts within {verdicts.MORE_SEEDS_SE:g} standard errors of zero after seeds "
+            f"{list(d['seeds'])}: running seeds {list(d['more_seeds'])} of them too", flush=True)
+      add_more_seeds(root, d, more)
+      rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher) or rc
   if FLAGS.launcher == "tpu":
     from resnorm.tools import sweep_tpu
     _, num, pid = sweep_tpu._processes()  # noqa: SLF001: the same reading of the slice the sweep made

@@ -1,6 +1,8 @@
-"""The figures of docs/results.md: one per claim and corpus, and the stability map. Lines are the mean over seeds with
-a band of +-1 std; a run that is missing leaves its seed out. Each figure is drawn from one corpus's runs (R.corpus,
-named in its title); the report puts the corpora's side by side."""
+"""The figures of docs/results.md: one per claim and corpus, and the stability map. Lines are the mean over seeds (the
+seed count in every legend entry) with a band of +-1 std over seeds (said under every figure that has one); a run
+that is missing leaves its seed out. Every variant (and depth) has its own colour, line style and marker, so no line
+hides another. Each figure is drawn from one corpus's runs (R.corpus, named in its title); the report puts the
+corpora's side by side."""
 import math
 import os
 import warnings
@@ -13,6 +15,15 @@ from resnorm.tools import grid
 from resnorm.tools.plots import legend as _legend, plt
 
 COLORS = {"pre_norm": "C0", "post_norm": "C3", "hc": "C2", "mhc": "C4"}
+STYLES = {"pre_norm": ("-", "o"), "post_norm": ("--", "s"), "hc": ("-.", "^"), "mhc": (":", "D")}
+LINES = (("-", "o"), ("--", "s"), ("-.", "^"), (":", "D"), ((0, (5, 1)), "v"), ((0, (1, 1)), "P"))
+BAND_NOTE = "lines: mean over seeds (n in each legend entry); bands: +-1 standard deviation over seeds"
+
+
+def style(v):
+  """Colour, line style and marker of a variant."""
+  ls, marker = STYLES.get(v, ("-", "o"))
+  return {"color": COLORS.get(v), "ls": ls, "marker": marker, "markersize": 4}
 
 
 def _save(fig, fig_dir, name):
@@ -23,6 +34,8 @@ def _save(fig, fig_dir, name):
   corpus = os.path.basename(os.path.normpath(fig_dir))  # the report draws each corpus into figures/<corpus>/
   if corpus in grid.CORPORA and fig._suptitle is None:
     fig.suptitle(corpus, fontsize=10)
+  if any(getattr(ax, "_banded", False) for ax in fig.axes):
+    fig.text(0.5, -0.02, BAND_NOTE, ha="center", va="top", fontsize=7, color="dimgray")
   if not fig.get_constrained_layout():
     fig.tight_layout()
   fig.savefig(os.path.join(fig_dir, name), dpi=110, bbox_inches="tight")
@@ -50,8 +63,11 @@ def band(ax, x, ys, label=None, **kw):
   with warnings.catch_warnings():  # a step no seed reached: NaN, drawn as a gap
     warnings.simplefilter("ignore", RuntimeWarning)
     mean, std = np.nanmean(arr, axis=0), np.nanstd(arr, axis=0)
-  line, = ax.plot(x, mean, label=label, **kw)
-  ax.fill_between(x, mean - std, mean + std, alpha=0.2, color=line.get_color(), lw=0)
+  kw.setdefault("markersize", 4)
+  line, = ax.plot(x, mean, label=None if label is None else f"{label} (n={len(ys)})", **kw)
+  if len(ys) > 1:
+    ax.fill_between(x, mean - std, mean + std, alpha=0.15, color=line.get_color(), lw=0)
+    ax._banded = True
 
 
 def _rel(rows_list):
@@ -72,9 +88,8 @@ def fig_c1(R, d, fig_dir):
   fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
   for v in grid.MAIN:
     rows = [R.init(v, top, s) for s in seeds]
-    band(a, _rel(rows), [cl.col(r, "grad_norm") for r in rows], v, color=COLORS[v])
-    band(b, Ls, [[(R.init(v, L, s) or [{}])[-1].get("grad_norm") for L in Ls] for s in seeds], v, color=COLORS[v],
-         marker="o")
+    band(a, _rel(rows), [cl.col(r, "grad_norm") for r in rows], v, **{**style(v), "marker": None})
+    band(b, Ls, [[(R.init(v, L, s) or [{}])[-1].get("grad_norm") for L in Ls] for s in seeds], v, **style(v))
   pre0 = [(R.init("pre_norm", Ls[0], s) or [{}])[-1].get("grad_norm") for s in seeds]
   if any(pre0):
     g0 = np.mean([g for g in pre0 if g])
@@ -92,9 +107,9 @@ def fig_c2(R, d, fig_dir):
   fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
   for v in grid.MAIN:
     rows = [R.init(v, top, s) for s in seeds]
-    band(a, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, color=COLORS[v])
+    band(a, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, **{**style(v), "marker": None})
     rows = [R.last(grid.ref_long(d, v, deep), s) for s in seeds]
-    band(b, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, color=COLORS[v])
+    band(b, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, **style(v))
   a.set(xlabel=f"sublayer (L={top})", ylabel="input RMS", yscale="log", title="at init")
   b.set(xlabel=f"sublayer (L={deep})", ylabel="input RMS", yscale="log",
         title=f"after training (reference recipe, {d['horizon']} steps)")
@@ -103,10 +118,11 @@ def fig_c2(R, d, fig_dir):
 
 
 def cell_stats(R, r, seeds):
-  """(mean loss over the seeds that did not diverge, std, diverged, stalled, finished)."""
+  """(mean loss over the seeds that trained: neither diverged nor stalled, std, diverged, stalled, finished); a
+  stalled seed is counted, not averaged in with the trained ones."""
   runs = [R.run(r, s) for s in seeds]
   done = [x for x in runs if x]
-  losses = [x["loss"] for x in done if not x["diverged"] and x["loss"] is not None]
+  losses = [x["loss"] for x in done if not x["diverged"] and not x["stalled"] and x["loss"] is not None]
   mean = float(np.mean(losses)) if losses else float("nan")
   std = float(np.std(losses, ddof=1)) if len(losses) > 1 else float("nan")
   return mean, std, sum(x["diverged"] for x in done), sum(x["stalled"] for x in done), len(done)
@@ -117,7 +133,8 @@ def cell_label(mean, std, div, stall, done, n, sep="\n", with_std=False):
   if not done:
     return "not run"
   marks = [f"{div}/{n} div"] * bool(div) + [f"{stall}/{n} stall"] * bool(stall) + [f"{done}/{n} ran"] * (done < n)
-  head = "div" if math.isnan(mean) else f"{mean:.2f}" + (f" ± {std:.2f}" if with_std and not math.isnan(std) else "")
+  head = ("div" if div and not stall else "stall" if stall and not div else "no trained seed") if math.isnan(mean) else \
+      f"{mean:.2f}" + (f" ± {std:.2f}" if with_std and not math.isnan(std) else "")
   return sep.join([head] + marks)
 
 
@@ -131,7 +148,7 @@ def fig_map(R, d, fig_dir):
   finite = [m for m, *_ in vals if not math.isnan(m)]
   lo, hi = (min(finite), max(finite)) if finite else (2.0, 4.0)
   it = iter(vals)
-  cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgray")  # gray: every seed diverged
+  cmap = plt.get_cmap("viridis_r").with_extremes(bad="lightgray")  # gray: no seed trained
   for i, L in enumerate(depths):
     for j, v in enumerate(variants):
       ax = axes[i][j]
@@ -144,14 +161,13 @@ def fig_map(R, d, fig_dir):
           ax.text(x, y, cell_label(*c, n), ha="center", va="center", fontsize=6.5,
                   color="white" if dark else "black")
       ax.set_xticks(range(len(lrs)), [f"{lr:g}" for lr in lrs], fontsize=7)
-      ax.set_yticks(range(len(fracs)), [f"wu {grid.warmup_steps(d['steps'], f)}" for f in fracs] if j == 0 else [],
-                    fontsize=7)
+      ax.set_yticks(range(len(fracs)), [f"warmup {f:.0%}" for f in fracs] if j == 0 else [], fontsize=7)
       ax.set_title(f"{v}, {L} layers", fontsize=9)
       if i == len(depths) - 1:
         ax.set_xlabel("learning rate", fontsize=8)
-  fig.colorbar(im, ax=axes, label=f"mean final eval loss over {n} seeds", shrink=0.8)
-  fig.suptitle(f"{R.corpus}: final eval loss after {d['steps']} steps: mean over the seeds that did not diverge, "
-               "and how many seeds diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
+  fig.colorbar(im, ax=axes, label="mean final eval loss over the seeds that trained", shrink=0.8)
+  fig.suptitle(f"{R.corpus}: final eval loss after {d['steps']} steps: mean over the seeds that trained, and how many "
+               f"of {n} seeds diverged or stalled (learned nothing beyond byte frequencies)", fontsize=9)
   return _save(fig, fig_dir, "stability_map.png")
 
 
@@ -162,7 +178,7 @@ def fig_c3(R, d, fig_dir):
     for v in d["variants"]:
       for f, ls in zip(d["warmup_fracs"], ("-", "--")):
         ys = [[R.loss(grid.Recipe(v, L, lr, f, d["steps"]), s) for lr in d["lrs"]] for s in seeds]
-        band(ax, d["lrs"], ys, f"{v} wu {grid.warmup_steps(d['steps'], f)}", color=COLORS[v], ls=ls, marker=".")
+        band(ax, d["lrs"], ys, f"{v} warmup {f:.0%}", color=COLORS[v], ls=ls, marker=style(v)["marker"])
     ax.set(xscale="log", xlabel="learning rate", ylabel=f"final eval loss (diverged: {cl.FAIL_LOSS:.2f})",
            title=f"{L} layers ({d['steps']} steps; solid: no warmup)")
   _legend(axes[0][-1], fontsize=7, ncol=2)
@@ -171,8 +187,8 @@ def fig_c3(R, d, fig_dir):
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for r in grid.c3_recipes(d):
       steps, ys = _curves(R, r, seeds)
-      band(ax, steps, ys, f"{r.variant} wu {grid.warmup_steps(r.steps, r.warmup_frac)}", color=COLORS[r.variant],
-           ls="--" if r.warmup_frac else "-")
+      band(ax, steps, ys, f"{r.variant} warmup {r.warmup_frac:.0%}", color=COLORS[r.variant],
+           ls="--" if r.warmup_frac else "-", marker=style(r.variant)["marker"])
     ax.set(xlabel="step", ylabel="eval loss", title=f"long-warmup regime, L={d['c3']['layers']}, lr {d['c3']['lr']:g}")
     _legend(ax, fontsize=8)
     out.append(_save(fig, fig_dir, "c3_warmup.png"))
@@ -183,7 +199,7 @@ def fig_c4(R, d, fig_dir):
   fig, ax = plt.subplots(figsize=(6, 3.4))
   for v in grid.MAIN:
     band(ax, d["depths"], [[R.loss(grid.ref_long(d, v, L), s) for L in d["depths"]] for s in d["seeds"]], v,
-         color=COLORS[v], marker="o")
+         **style(v))
   uni = [run["unigram"] for L in d["depths"] for s in d["seeds"]
          if (run := R.run(grid.ref_long(d, "pre_norm", L), s)) and run["unigram"]]
   if uni:
@@ -193,8 +209,8 @@ def fig_c4(R, d, fig_dir):
   _legend(ax, fontsize=8)
   # the curves show whether each depth's loss had flattened: C4's regime condition
   shades = plt.get_cmap("viridis")(np.linspace(0, 0.85, len(d["depths"])))
-  panels = [(f"{v}, reference recipe", [(f"L={L}", grid.ref_long(d, v, L), c, "-")
-                                         for L, c in zip(d["depths"], shades)]) for v in grid.MAIN]
+  panels = [(f"{v}, reference recipe", [(f"L={L}", grid.ref_long(d, v, L), c, LINES[i % len(LINES)])
+                                         for i, (L, c) in enumerate(zip(d["depths"], shades))]) for v in grid.MAIN]
   return [_save(fig, fig_dir, "c4_depth.png"), *_curve_fig(R, d, fig_dir, panels, "c4_curves.png")]
 
 
@@ -203,7 +219,7 @@ def _cos_fig(R, d, fig_dir, variants, name, L, steps):
   for v in variants:
     r = grid.ref(d, v, L, steps=steps)
     rows = [R.last(r, s) for s in grid.seeds_of(d, r)]
-    band(ax, None, [cl.col(r, "cos_next_median") for r in rows], v, color=COLORS[v])
+    band(ax, None, [cl.col(r, "cos_next_median") for r in rows], v, **style(v))
   ax.set(xlabel=f"sublayer l (L={L})", ylabel="median cos(u_l, u_l+1)",
          title=f"after training, reference recipe, {steps} steps")
   _legend(ax, fontsize=8)
@@ -219,12 +235,12 @@ def fig_c6(R, d, fig_dir):
 
 
 def _curve_fig(R, d, fig_dir, panels, name):
-  """panels: [(title, [(label, recipe, color, linestyle)])] -> eval loss against step."""
+  """panels: [(title, [(label, recipe, color, (linestyle, marker))])] -> eval loss against step."""
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.4), squeeze=False)
   for ax, (title, lines) in zip(axes[0], panels):
-    for label, r, color, ls in lines:
+    for label, r, color, (ls, marker) in lines:
       steps, ys = _curves(R, r, grid.seeds_of(d, r))
-      band(ax, steps, ys, label, color=color, ls=ls)
+      band(ax, steps, ys, label, color=color, ls=ls, marker=marker)
     ax.set(xlabel="step", ylabel="eval loss", title=title)
     _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, name)]
@@ -232,9 +248,11 @@ def _curve_fig(R, d, fig_dir, panels, name):
 
 def fig_c7(R, d, fig_dir):
   lg = d["long"]
-  lines = [(v, grid.Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], lg["steps"]), COLORS[v], "-")
-           for v in grid.MAIN]
-  return _curve_fig(R, d, fig_dir, [(f"L={lg['layers']}, lr {lg['lr']:g}, {lg['steps']} steps", lines)], "c7_long.png")
+  # the long runs and their twins at the map's horizon, whose gap C7b compares with the long runs'
+  lines = [(f"{v}, {steps} steps", grid.Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], steps), COLORS[v],
+            (STYLES[v][0], "o" if steps == lg["steps"] else "x")) for v in grid.MAIN for steps in (lg["steps"], d["steps"])]
+  return _curve_fig(R, d, fig_dir, [(f"L={lg['layers']}, lr {lg['lr']:g}: {d['steps']} and {lg['steps']} steps",
+                                     lines)], "c7_long.png")
 
 
 def _ablation_fig(R, d, fig_dir, pairs, name):
@@ -245,13 +263,13 @@ def _ablation_fig(R, d, fig_dir, pairs, name):
 
 
 def fig_c8(R, d, fig_dir):
-  return _ablation_fig(R, d, fig_dir, [("final norm", "", "C0", "-"), ("no final norm", "nofinal", "C1", "--")],
-                       "c8_final_norm.png")
+  return _ablation_fig(R, d, fig_dir, [("final norm", "", "C0", LINES[0]), ("no final norm", "nofinal", "C1",
+                                                                         LINES[1])], "c8_final_norm.png")
 
 
 def fig_c9(R, d, fig_dir):
-  return _ablation_fig(R, d, fig_dir, [("bf16, float32 stats", "bf16", "C0", "-"),
-                                       ("bf16, bf16 stats", "bf16stats", "C1", "--")], "c9_norm_stats.png")
+  return _ablation_fig(R, d, fig_dir, [("bf16, float32 stats", "bf16", "C0", LINES[0]),
+                                       ("bf16, bf16 stats", "bf16stats", "C1", LINES[1])], "c9_norm_stats.png")
 
 
 def fig_c10(R, d, fig_dir):
@@ -260,8 +278,9 @@ def fig_c10(R, d, fig_dir):
   for ax, key in zip(axes, ("gain_forward", "gain_backward")):
     for v in ("hc", "mhc"):
       runs = [R.run(grid.ref(d, v, L), s) for s in d["seeds"]]
-      band(ax, None, [cl.col(r["last"], key) for r in runs if r], f"{v} trained", color=COLORS[v])
-      band(ax, None, [cl.col(r["first"], key) for r in runs if r], f"{v} step 0", color=COLORS[v], ls=":")
+      band(ax, None, [cl.col(r["last"], key) for r in runs if r], f"{v} trained", **style(v))
+      band(ax, None, [cl.col(r["first"], key) for r in runs if r], f"{v} step 0", color=COLORS[v], ls=":",
+           marker="x")
     ax.set(xlabel=f"sublayer (L={L})", ylabel=f"composite {key.split('_')[1]} Amax gain", yscale="log")
     _legend(ax, fontsize=8)
   return [_save(fig, fig_dir, "c10_gains.png")]
