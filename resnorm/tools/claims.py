@@ -209,9 +209,9 @@ def c4(R, d):
   what = f"reference recipe, {d['horizon']} steps, L in {list(Ls)}: slope of final loss against log2 L"
   post, pre = ([grid.ref_long(d, v, L) for L in Ls] for v in ("post_norm", "pre_norm"))
   return [part(R, "a", f"{what}, Post-Norm", +1, lambda s: fit("post_norm", s), d["seeds"],
-               Regime("none per seed (a stalled run is settled: the stall is the outcome); the slope settled")),
+               Regime("none per seed (a stalled run is settled: the stall is the outcome)")),
           part(R, "b", f"{what}, Pre-Norm", -1, lambda s: fit("pre_norm", s), d["seeds"],
-               trained(R, *pre, text="Pre-Norm learned beyond the unigram at every depth; the slope settled"))]
+               trained(R, *pre, text="Pre-Norm learned beyond the unigram at every depth"))]
 
 
 def c5(R, d):
@@ -279,8 +279,7 @@ def c7(R, d):
   rec = lambda v, steps: grid.Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], steps)
   gap = lambda s, steps: _d(R.loss(rec("post_norm", steps), s), R.loss(rec("pre_norm", steps), s))
   arms = [rec(v, lg["steps"]) for v in grid.MAIN]
-  regime = trained(R, *arms, text=f"at {lg['steps']} steps both arms learned beyond the unigram; the statistic "
-                                  "settled")
+  regime = trained(R, *arms, text=f"at {lg['steps']} steps both arms learned beyond the unigram")
   return [part(R, "a", f"L={lg['layers']}, lr {lg['lr']:g}, {lg['steps']} steps: loss_pre + {MARGIN} - loss_post", +1,
                lambda s: _map(gap(s, lg["steps"]), lambda g: MARGIN - g), d["seeds"], regime),
           part(R, "b", f"gap loss_post - loss_pre at {d['steps']} steps minus at {lg['steps']} steps", +1,
