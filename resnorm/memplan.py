@@ -105,6 +105,8 @@ def compiler_for(target: Target, choice: str = "auto") -> str:
     raise InputError(f"--compiler={choice!r} is unknown; known: {', '.join(COMPILERS)}")
   if choice == "cpu" or (choice == "auto" and (target.platform != "tpu" or not tpu_compiler.libtpu_version())):
     return "cpu"
+  if choice == "auto" and not _has_topology(target):
+    return "cpu"  # a slice of no standard shape: the estimate, and compiler_line says why
   if target.platform != "tpu":
     raise InputError(f"--compiler=tpu compiles for TPU slices; --target={target.name} is not one")
   if not tpu_compiler.libtpu_version():
@@ -114,11 +116,20 @@ def compiler_for(target: Target, choice: str = "auto") -> str:
   return "tpu"
 
 
+def _has_topology(target: Target) -> bool:
+  try:
+    target.topology  # noqa: B018
+    return True
+  except InputError:
+    return False
+
+
 def compiler_line(target: Target, compiler: str) -> str:
   if compiler == "tpu":
     return f"compiler: tpu (libtpu {tpu_compiler.libtpu_version()}), topology {target.topology.describe()}"
   if target.platform == "tpu":
-    why = "--compiler=cpu" if tpu_compiler.libtpu_version() else "install .[tpu] for the TPU compiler"
+    why = ("install .[tpu] for the TPU compiler" if not tpu_compiler.libtpu_version() else
+           "--compiler=cpu" if _has_topology(target) else f"{target.name} is not a standard slice shape")
     return f"compiler: cpu estimate ({why})"
   return f"compiler: cpu estimate (XLA:CPU on {target.devices} simulated devices)"
 

@@ -51,6 +51,11 @@ def test_compiler_choice(monkeypatch):
     memplan.compiler_for(v4, "tpu")
   monkeypatch.setattr(tpu_compiler, "libtpu_version", lambda: "0.0.50.1")
   assert memplan.compiler_for(v4, "auto") == "tpu"
+  odd = memplan.parse_target("v4-24")  # no standard topology: auto falls back to the estimate and says why
+  assert memplan.compiler_for(odd, "auto") == "cpu"
+  assert memplan.compiler_line(odd, "cpu") == "compiler: cpu estimate (v4-24 is not a standard slice shape)"
+  with pytest.raises(InputError, match="not a standard slice shape"):
+    memplan.compiler_for(odd, "tpu")
   assert memplan.compiler_line(v4, "tpu").startswith("compiler: tpu (libtpu 0.0.50.1), topology v4:2x2x1")
 
 
