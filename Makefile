@@ -67,7 +67,7 @@ test-integration: $(STAMP)
 clean:
 	rm -rf runs
 
-# Regenerates docs/results.md and docs/figures/ on both corpora (about 100-120 minutes on 2 cores, budget in
-# configs/sweeps/results.py; finished runs are reused).
+# Regenerates docs/results.md and docs/figures/ on both corpora (report v3's grid took 4.3 hours at --jobs=2 on 2 cores;
+# v4's is estimated at 5-6; finished runs are reused, so a stopped grid resumes; docs/sweeps.md).
 results: $(STAMP)
 	$(BIN)/python -m resnorm.results --root=runs/results --jobs=2
