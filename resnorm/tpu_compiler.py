@@ -15,7 +15,6 @@ import dataclasses
 import importlib.metadata
 import importlib.util
 import math
-import os
 import re
 
 from resnorm.errors import InputError
@@ -135,15 +134,3 @@ def devices(topo: Topology) -> list:
 
 def is_noise(line: str) -> bool:
   return bool(NOISE_RE.search(line))
-
-
-def want_tpu_compiler() -> str:
-  """`auto` (the TPU compiler where libtpu is installed), `tpu` (required) or `cpu` (the simulated-CPU estimate),
-  from $RESNORM_DRY_RUN_COMPILER."""
-  v = os.environ.get(COMPILER_ENV, "auto").strip().lower() or "auto"
-  if v not in ("auto", "tpu", "cpu"):
-    raise InputError(f"${COMPILER_ENV}={v!r} is unknown; known: auto, tpu, cpu")
-  return v
-
-
-COMPILER_ENV = "RESNORM_DRY_RUN_COMPILER"
