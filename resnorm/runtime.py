@@ -54,12 +54,13 @@ class Setup:
       out[k] = jax.make_array_from_process_local_data(self.batch_sh, v, v.shape)
     return out
 
-  def compile_train_step(self, state, batch):
-    """(compiled step, seconds spent lowering + compiling)."""
+  def compile_train_step(self, state, batch, compiler_options: dict | None = None):
+    """(compiled step, seconds spent lowering + compiling); compiler_options: XLA debug options for this compile
+    (the bench's --xla)."""
     t0 = time.perf_counter()
     with self.mesh_context():
       fn = step.jit_train_step(self.cfg, self.mcfg, self.tx, self.state_sh, self.batch_sh, self.repl)
-      compiled = fn.lower(state, batch).compile()
+      compiled = fn.lower(state, batch).compile(compiler_options=compiler_options)
     return compiled, time.perf_counter() - t0
 
   @functools.cached_property
@@ -67,11 +68,13 @@ class Setup:
     with self.mesh_context():
       return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl, self.cfg.train.grad_accum)
 
-  def evaluate(self, params, batches) -> dict:
+  def evaluate(self, params, batches, step_fn=None) -> dict:
     """eval_loss (nats per predicted byte), bits_per_byte, eval_tokens (the targets scored) and eval_loss_se (its
-    bootstrap standard error over the eval rows, resnorm.stats) over fixed batches."""
+    bootstrap standard error over the eval rows, resnorm.stats) over fixed batches; step_fn: eval_step compiled
+    ahead for these batches (the trainer's), else eval_step."""
+    step_fn = step_fn or self.eval_step
     with self.mesh_context():
-      outs = [self.eval_step(params, self.device_batch(b)) for b in batches]
+      outs = [step_fn(params, self.device_batch(b)) for b in batches]
     outs = jax.device_get(outs)
     sums = np.concatenate([np.asarray(t, np.float64).reshape(-1) for t, _ in outs])
     counts = np.concatenate([np.asarray(c, np.float64).reshape(-1) for _, c in outs])

@@ -64,6 +64,18 @@ def tb_diagnostics(tb: wd.TensorBoard, history: list[tuple[int, list[dict]]], ti
   tb.flush()
 
 
+TB_DRAW_BUDGET = 0.02  # share of the training time TensorBoard's depth figures may take before the last step
+TB_DRAW_GUESS_S = 1.0  # what a first drawing is assumed to cost (matplotlib's import included)
+
+
+def should_draw(drawn_s: float, next_s: float, elapsed_s: float) -> bool:
+  """Whether a diagnostics step before the last draws its depth figures: only while the figures, this one
+  included (`next_s`: the last drawing's cost), stay within TB_DRAW_BUDGET of the time trained so far. A short CPU
+  run then draws at its end only (each picture shows up to six earlier steps as thin lines); a long run draws at
+  every diagnostics step. The last step always draws (Trainer._draw_pending)."""
+  return drawn_s + next_s <= TB_DRAW_BUDGET * elapsed_s
+
+
 def _thin(history: list, keep: int = 64) -> list:
   """Bounds the diagnostics steps kept for TensorBoard's profiles (they draw a few, evenly spaced): past `keep`,
   every other earlier step is dropped; the first and the newest stay."""
@@ -90,7 +102,9 @@ class Trainer:
     self.flops_per_token = flops.train_flops_per_token(self.s.mcfg, cfg.data.seq_len)
     self.last = {"loss": None, "eval": {}, "init_from": str(self.source) if self.source else None}
     self.diag_s, self.diag_compile_s, self._diag_fn = 0.0, 0.0, None
+    self.eval_s, self.ckpt_s, self.eval_compile_s, self._eval_fn = 0.0, 0.0, 0.0, None
     self.tb_draw_s, self.diag_history, self.unigram, self.unigram_logged = 0.0, [], None, False
+    self.tb_last_draw_s, self.tb_drawn_step, self.t_start = TB_DRAW_GUESS_S, None, None
 
   # ---- files (process 0 only) ----------------------------------------------------------------------------
 
@@ -133,6 +147,8 @@ class Trainer:
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
         "spike_steps": [e["step"] for e in self.spikes.events], "diag_s": round(self.diag_s, 3),
         "diag_compile_s": round(self.diag_compile_s, 3), "tb_draw_s": round(self.tb_draw_s, 3),
+        "eval_s": round(self.eval_s, 3), "eval_compile_s": round(self.eval_compile_s, 3),
+        "ckpt_s": round(self.ckpt_s, 3),
         **({"init_from": self.last["init_from"]} if self.last.get("init_from") else {}), **extra,
         "started_at": round(self.started_at, 3), "finished_at": round(time.time(), 3), "provenance": self.provenance})
 
@@ -172,12 +188,37 @@ class Trainer:
     return state, step, changes
 
   def _save(self, state, step: int):
+    t0 = time.perf_counter()
     host = {"spikes": self.spikes.state(), "loss": self.last["loss"], "eval": self.last["eval"],
             "init_from": self.last["init_from"]}
     self.ckpt.save(step, state, self.train_it, configlib.to_json(self.cfg), host)
+    self.ckpt_s += time.perf_counter() - t0
+
+  def _wait_ckpt(self):
+    t0 = time.perf_counter()
+    self.ckpt.wait()
+    self.ckpt_s += time.perf_counter() - t0
+
+  def _compile_side_steps(self, state, batch):
+    """The eval and diagnostics steps, compiled with the train step at start-up (so `train_s` times the loop, and
+    `eval_compile_s` / `diag_compile_s` say what compiling them cost); matplotlib imported where figures will be
+    drawn."""
+    t0 = time.perf_counter()
+    with self.s.mesh_context():
+      self._eval_fn = self.s.eval_step.lower(state["params"], self.s.device_batch(self.eval_data[0])).compile()
+    self.eval_compile_s = time.perf_counter() - t0
+    if self.cfg.train.diag_every:
+      if self.lead:
+        from resnorm.tools import plots  # noqa: F401  matplotlib's import (0.5-0.8 s), for the figures drawn later
+      t0 = time.perf_counter()
+      with self.s.mesh_context():
+        self._diag_fn = step_lib.make_diag_fn(self.cfg, self.s.mcfg).lower(state["params"], batch).compile()
+      self.diag_compile_s = time.perf_counter() - t0
 
   def _eval(self, state, step: int):
-    self.last["eval"] = self.s.evaluate(state["params"], self.eval_data)
+    t0 = time.perf_counter()
+    self.last["eval"] = self.s.evaluate(state["params"], self.eval_data, self._eval_fn)
+    self.eval_s += time.perf_counter() - t0
     # the unigram baseline (a constant of the run) joins the run's first eval event, once
     extra = {} if self.unigram_logged else {"unigram_eval_loss": self.unigram}
     self._log({"step": step, **self.last["eval"], **extra})
@@ -199,12 +240,8 @@ class Trainer:
             f"baseline {self.unigram:.4f}: the model has learned nothing beyond byte frequencies")
 
   def _diagnostics(self, state, batch, step: int):
-    """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard."""
-    if self._diag_fn is None:
-      t0 = time.perf_counter()
-      with self.s.mesh_context():
-        self._diag_fn = step_lib.make_diag_fn(self.cfg, self.s.mcfg).lower(state["params"], batch).compile()
-      self.diag_compile_s = time.perf_counter() - t0
+    """Per-sublayer diagnostics on one training batch -> diagnostics.jsonl and TensorBoard (its depth figures
+    within the drawing budget, should_draw)."""
     t0 = time.perf_counter()
     with self.s.mesh_context():
       out = jax.device_get(self._diag_fn(state["params"], batch))
@@ -214,10 +251,24 @@ class Trainer:
     rows = diagnostics.summarize(self.cfg, out, full=False)["sublayers"]
     m = self.cfg.model
     self.diag.write({"step": step, "residual": m.residual, "num_layers": m.num_layers, "sublayers": rows})
-    t0 = time.perf_counter()
     self.diag_history = _thin([h for h in self.diag_history if h[0] < step] + [(step, rows)])
+    if step < self.cfg.train.steps and not should_draw(self.tb_draw_s, self.tb_last_draw_s,
+                                                       time.perf_counter() - self.t_start):
+      return
+    self._draw()
+
+  def _draw(self):
+    t0 = time.perf_counter()
+    m = self.cfg.model
     tb_diagnostics(self.tb, self.diag_history, f"{m.residual} L={m.num_layers}")
-    self.tb_draw_s += time.perf_counter() - t0
+    self.tb_last_draw_s = time.perf_counter() - t0
+    self.tb_draw_s += self.tb_last_draw_s
+    self.tb_drawn_step = self.diag_history[-1][0]
+
+  def _draw_pending(self):
+    """At a stop before the last step: the newest diagnostics step's figures, if the budget skipped them."""
+    if self.lead and self.diag_history and self.tb_drawn_step != self.diag_history[-1][0]:
+      self._draw()
 
   def _check(self, step: int, m: dict) -> str | None:
     """Handles one step's fetched metrics; returns a divergence reason or None."""
@@ -248,7 +299,8 @@ class Trainer:
     self._summary("running", start)
     batch = self.s.device_batch(next(self.train_it))
     train_step, compile_s = self.s.compile_train_step(state, batch)
-    t_start = time.perf_counter()
+    self._compile_side_steps(state, batch)
+    t_start = self.t_start = time.perf_counter()
     # startup: data pipeline, init or restore, and compilation (a cache hit on a second run of one config)
     self.startup_s = t_start - self.t_created
     print(f"compiled train step in {compile_s:.1f}s (start-up {self.startup_s:.1f}s)", flush=True)
@@ -283,6 +335,7 @@ class Trainer:
           reason = self._check(s_i, m)
           if reason is not None:
             print(f"diverged: {reason}", file=sys.stderr, flush=True)
+            self._draw_pending()
             self._summary("diverged", s_i, diverged_step=s_i, reason=reason, skipped_steps=skipped_total)
             return EXIT_DIVERGED
           if s_i % t.log_every == 0 or s_i == t.steps:
@@ -303,7 +356,8 @@ class Trainer:
         if sync:
           self._publish()
         if stopping:
-          self.ckpt.wait()
+          self._draw_pending()
+          self._wait_ckpt()
           print(f"{stopping}: checkpointed step {step}; rerun the same command to resume",
                 file=sys.stderr, flush=True)
           self._summary("preempted", step, signal=stopping)
@@ -313,14 +367,16 @@ class Trainer:
         # after the checkpoint, so the saved iterator state is exactly `step` batches in; the device is still
         # busy with this step while the host prepares the next batch
         batch = self.s.device_batch(next(self.train_it))
-      self.ckpt.wait()
+      self._draw_pending()
+      self._wait_ckpt()
       train_s = time.perf_counter() - t_start
       self._summary("completed", step, compile_s=round(compile_s, 3), startup_s=round(self.startup_s, 3),
                     skipped_steps=skipped_total, train_s=round(train_s, 3))
       self.progress.close()
-      print(f"done: {step - start} steps in {train_s:.1f}s; diagnostics {self.diag_s:.1f}s "
-            f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%) + {self.diag_compile_s:.1f}s compile, "
-            f"TensorBoard figures {self.tb_draw_s:.1f}s{self._stall_line()}", flush=True)
+      print(f"done: {step - start} steps in {train_s:.1f}s; evals {self.eval_s:.1f}s, diagnostics {self.diag_s:.1f}s "
+            f"({100 * self.diag_s / max(train_s, 1e-9):.1f}%), checkpoints {self.ckpt_s:.1f}s, TensorBoard figures "
+            f"{self.tb_draw_s:.1f}s; compiled eval {self.eval_compile_s:.1f}s, diagnostics "
+            f"{self.diag_compile_s:.1f}s{self._stall_line()}", flush=True)
       return 0
     finally:
       self.progress.close()

@@ -50,3 +50,39 @@ def test_bench_decode_mode(tmp_path):
   row = json.load(open(out))["decode"][0]
   assert row["residual"] == "hc" and row["cache_len"] >= 512
   assert all(row[k] > 0 for k in ("prefill_32_s", "token_at_32_s", "prefill_512_s", "token_at_512_s"))
+
+
+TINY = ["--config=configs/tiny.py", "--config.model.num_layers=1"]
+
+
+def test_bench_xla_option_sets_are_points_of_one_process(tmp_path):
+  out = tmp_path / "b.json"
+  r = subprocess.run([sys.executable, "-m", "resnorm.bench", *TINY, "--steps=1", "--warmup=0", "--xla=default",
+                      "--xla=xla_cpu_use_onednn=true,xla_cpu_enable_fast_min_max=false", f"--json={out}"],
+                     cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert [x["xla"] for x in json.load(open(out))["runs"]] == [
+      "default", "xla_cpu_use_onednn=true,xla_cpu_enable_fast_min_max=false"]
+  assert "xla_cpu_use_onednn=true" in r.stdout
+  for bad, msg in (("use_onednn=true", "is not KEY=VALUE with an xla_ option"),
+                   ("xla_cpu_no_such_option=1", "--xla=xla_cpu_no_such_option=1: ")):
+    r = subprocess.run([sys.executable, "-m", "resnorm.bench", *TINY, "--steps=1", f"--xla={bad}"],
+                       cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and r.stderr.startswith("error: ") and msg in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bench_loop_splits_train_s_against_bare_steps(tmp_path, text_corpus):
+  out = tmp_path / "l.json"
+  r = subprocess.run([sys.executable, "-m", "resnorm.bench", *TINY, "--loop", "--rounds=2",
+                      "--config.data.name=text_files", f"--config.data.paths={text_corpus}",
+                      "--config.train.diag_every=3", f"--json={out}"],
+                     cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  row = json.load(open(out))["loop"][0]
+  assert row["steps"] == 6 and len(row["train_s_all"]) == len(row["bare_s_all"]) == 2
+  assert row["train_s"] > 0 and row["bare_s"] > 0 and row["eval_s"] > 0 and row["diag_s"] > 0
+  np.testing.assert_allclose(row["other_s"], row["train_s"] - row["bare_s"] - sum(
+      row[k] for k in ("eval_s", "diag_s", "ckpt_s", "tb_draw_s")), rtol=1e-9)
+  np.testing.assert_allclose(row["ratio_without_evals"], (row["train_s"] - row["eval_s"]) / row["bare_s"])
+  assert "no-eval" in r.stdout

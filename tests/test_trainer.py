@@ -210,3 +210,27 @@ def test_summary_scores_the_stratified_eval_set_with_its_error_and_baseline(tmp_
   assert summary["final_eval_loss"] == pytest.approx(sums.sum() / counts.sum(), rel=1e-5)
   assert summary["eval_loss_se"] == pytest.approx(stats.bootstrap_se(sums, counts), rel=1e-5) and \
       summary["eval_loss_se"] > 0
+
+
+def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_corpus):
+  """summary.json splits train_s into evals, diagnostics, checkpoints and figures, with the eval and diagnostics
+  steps compiled at start-up; in a run far shorter than the drawing budget allows, TensorBoard's depth figures are
+  drawn once, at the last step, while every diagnostics step is still logged."""
+  from tensorboard.backend.event_processing import event_accumulator
+  cfg = text_config(text_corpus, **{"train.diag_every": 2})
+  assert trainer.train(cfg, str(tmp_path)) == 0
+  s = json.load(open(tmp_path / "summary.json"))
+  parts = ("eval_s", "diag_s", "ckpt_s", "tb_draw_s")
+  assert all(s[k] > 0 for k in parts + ("eval_compile_s", "diag_compile_s")), s
+  assert s["train_s"] >= sum(s[k] for k in parts) and s["startup_s"] >= s["eval_compile_s"] + s["diag_compile_s"]
+  with open(tmp_path / "diagnostics.jsonl") as f:
+    assert [json.loads(l)["step"] for l in f] == [0, 2, 4, 6]
+  acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
+  acc.Reload()
+  assert [i.step for i in acc.Images("depth/grad_norm")] == [6]
+
+
+def test_figures_drawn_while_within_budget():
+  assert trainer.should_draw(0.0, trainer.TB_DRAW_GUESS_S, 60.0)       # 1 s of 60: 1.7%
+  assert not trainer.should_draw(0.0, trainer.TB_DRAW_GUESS_S, 40.0)   # 1 s of 40: 2.5%
+  assert trainer.should_draw(2.0, 0.5, 125.0) and not trainer.should_draw(2.0, 0.5, 124.0)

@@ -1,5 +1,6 @@
 """Step-time benchmark: python -m resnorm.bench --config=configs/NAME.py [--config.*=...] [--residuals=a,b]
-[--depths=12,96] [--kernels=xla_cpu,reference] [--steps=N] [--json=FILE]
+[--depths=12,96] [--kernels=xla_cpu,reference] [--steps=N] [--json=FILE]; --loop [--rounds=N]: the training loop's
+train_s against the same number of bare steps (resnorm/tools/bench_loop.py); --decode: decoding.
 
 Every point is the real train step (resnorm.runtime, the code train.py runs) on synthetic batches, in ONE process.
 Repetitions are interleaved across points (A B A B ...), so drift on a noisy machine hits all points alike.
@@ -28,6 +29,12 @@ flags.DEFINE_list("kernels", None, "model.kernels sets to compare, e.g. xla_cpu,
 flags.DEFINE_integer("steps", 20, "Timed steps per point.")
 flags.DEFINE_bool("decode", False, "Time decoding instead: prefill, and per-token time at positions 32 and 512.")
 flags.DEFINE_integer("warmup", 2, "Untimed steps per point after compilation.")
+flags.DEFINE_multi_string("xla", None, "XLA compile options to compare, one set per use of the flag: 'default' or "
+                          "KEY=VALUE[,KEY=VALUE], e.g. --xla=default --xla=xla_cpu_use_onednn=true (per compile, so "
+                          "every set runs in this one process, interleaved).")
+flags.DEFINE_bool("loop", False, "Time the training loop instead: a Trainer run of the config (train.steps, its evals, "
+                  "checkpoints and diagnostics) against train.steps bare steps, alternated.")
+flags.DEFINE_integer("rounds", 2, "--loop: loop/bare pairs per point (A B, B A, ...).")
 flags.DEFINE_string("json", None, "Write the results here.")
 
 # Dense peak FLOP/s by device kind (substring match) and compute dtype.
@@ -72,15 +79,32 @@ def _minor_faults() -> int:
   return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
+def xla_option_set(text: str) -> tuple[str, dict]:
+  """'default' -> ('default', {}); 'k=v,k2=v2' -> (text, {k: v}) with true/false as bools and integers as ints."""
+  if text == "default":
+    return text, {}
+  opts = {}
+  for item in text.split(","):
+    k, sep, v = item.partition("=")
+    check(sep and k.startswith("xla_"), f"--xla={text}: {item!r} is not KEY=VALUE with an xla_ option")
+    opts[k] = {"true": True, "false": False}.get(v.lower(), int(v) if v.lstrip("-").isdigit() else v)
+  return text, opts
+
+
 class Point:
-  def __init__(self, cfg):
-    self.cfg = cfg
+  def __init__(self, cfg, xla=("default", {})):
+    self.cfg, self.xla = cfg, xla[0]
     self.s = runtime.build(cfg)
     self.state = self.s.init_state()
     b, t = cfg.train.batch_size, cfg.data.seq_len
     tok = np.random.default_rng(0).integers(0, 256, (b, t + 1)).astype(np.int32)
     self.batch = self.s.device_batch({"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": np.ones((b, t), np.float32)})
-    self.fn, self.compile_s = self.s.compile_train_step(self.state, self.batch)
+    try:
+      self.fn, self.compile_s = self.s.compile_train_step(self.state, self.batch, xla[1] or None)
+    except Exception as e:  # XLA refuses an unknown option or value: one line, not a traceback
+      if not xla[1]:
+        raise
+      raise InputError(f"--xla={xla[0]}: {str(e).splitlines()[0]}") from None
     self.times, self.faults = [], []
 
   def step(self, record: bool):
@@ -93,14 +117,15 @@ class Point:
       self.faults.append(_minor_faults() - f0)
 
 
-def run(base_cfg, residuals, depths, steps: int, warmup: int, kernel_sets=None) -> dict:
+def run(base_cfg, residuals, depths, steps: int, warmup: int, kernel_sets=None, xla_sets=None) -> dict:
   pk, source = peak(base_cfg.model.dtype)
   points = []
-  grid = [(r, d, k) for r in residuals for d in depths for k in (kernel_sets or [base_cfg.model.kernels])]
-  for r, d, k in grid:
+  grid = [(r, d, k, x) for r in residuals for d in depths for k in (kernel_sets or [base_cfg.model.kernels])
+          for x in (xla_sets or [("default", {})])]
+  for r, d, k, x in grid:
     cfg = base_cfg.copy_and_resolve_references()
     cfg.model.residual, cfg.model.num_layers, cfg.model.kernels = r, d, k
-    p = Point(cfg)
+    p = Point(cfg, x)
     for _ in range(warmup):
       p.step(False)
     p.rss = memory_mb()
@@ -113,7 +138,8 @@ def run(base_cfg, residuals, depths, steps: int, warmup: int, kernel_sets=None) 
     m, t = p.s.mcfg, p.cfg.data.seq_len * p.cfg.train.batch_size
     med = statistics.median(p.times)
     fpt = flops.train_flops_per_token(m, p.cfg.data.seq_len)
-    runs.append({"residual": m.residual, "num_layers": m.num_layers, "kernels": m.kernels, "compile_s": p.compile_s,
+    runs.append({"residual": m.residual, "num_layers": m.num_layers, "kernels": m.kernels, "xla": p.xla,
+                 "compile_s": p.compile_s,
                  "step_s_median": med, "step_s_min": min(p.times), "tokens_per_s": t / med,
                  "flops_per_token": fpt, "achieved_flops": fpt * t / med, "mfu": fpt * t / med / pk,
                  "peak_rss_mb": p.rss, "minor_faults_per_step": statistics.median(p.faults)})
@@ -131,7 +157,8 @@ def print_table(res: dict) -> None:
     print(f"{r['residual']:<11}{r['num_layers']:>4}{r['kernels']:>10}{r['compile_s']:>10.2f}{r['step_s_median'] * 1e3:>9.1f}"
           f"{r['step_s_min'] * 1e3:>8.1f}{r['step_s_median'] / first['step_s_median']:>8.2f}"
           f"{r['tokens_per_s']:>9.0f}{r['flops_per_token'] / 1e6:>10.2f}{r['achieved_flops'] / 1e9:>9.2f}"
-          f"{r['mfu'] * 100:>6.1f}%{r['peak_rss_mb']:>8.0f}{r['minor_faults_per_step']:>8.0f}")
+          f"{r['mfu'] * 100:>6.1f}%{r['peak_rss_mb']:>8.0f}{r['minor_faults_per_step']:>8.0f}"
+          + (f"  {r['xla']}" if any(x["xla"] != "default" for x in res["runs"]) else ""))
 
 
 @cli_main
@@ -148,7 +175,12 @@ def main(argv):
     raise InputError(f"--depths={','.join(FLAGS.depths)} must be integers") from None
   for k in FLAGS.kernels or []:
     check(k in configlib.CHOICES["model.kernels"], f"--kernels: {k!r} is unknown; known: auto, xla_cpu, reference")
-  if FLAGS.decode:
+  if FLAGS.loop:
+    from resnorm.tools import bench_loop
+    check(FLAGS.rounds >= 1, f"--rounds={FLAGS.rounds} must be >= 1")
+    res = bench_loop.run(cfg, residuals, depths, FLAGS.rounds)
+    bench_loop.print_loop(res)
+  elif FLAGS.decode:
     from resnorm.tools import bench_decode
     rows = []
     for r in residuals:
@@ -159,7 +191,8 @@ def main(argv):
     res = {"device": jax.devices()[0].device_kind, "decode": rows}
     bench_decode.print_decode(rows)
   else:
-    res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels)
+    xla_sets = [xla_option_set(x) for x in FLAGS.xla] if FLAGS.xla else None
+    res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels, xla_sets)
     print_table(res)
   if FLAGS.json:
     with open(FLAGS.json, "w") as f:
