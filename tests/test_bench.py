@@ -86,3 +86,13 @@ def test_bench_loop_splits_train_s_against_bare_steps(tmp_path, text_corpus):
       row[k] for k in ("eval_s", "diag_s", "ckpt_s", "tb_draw_s")), rtol=1e-9)
   np.testing.assert_allclose(row["ratio_without_evals"], (row["train_s"] - row["eval_s"]) / row["bare_s"])
   assert "no-eval" in r.stdout
+
+
+def test_xla_option_set_parses_list_values():
+  from resnorm.tools.bench import xla_option_set
+  assert xla_option_set("default") == ("default", {})
+  text = "xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE,xla_cpu_use_onednn=true"
+  assert xla_option_set(text)[1] == {
+      "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE",
+      "xla_cpu_use_onednn": True}
+  assert xla_option_set("xla_cpu_matmul_tiling_m_dim=8")[1] == {"xla_cpu_matmul_tiling_m_dim": 8}

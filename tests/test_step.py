@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import short_config, tiny_config
-from resnorm import configlib, data, optim, runtime, step
+from resnorm import configlib, data, diagnostics, optim, runtime, step
 from resnorm.model import LM
 
 # Hand-written, not read from optim: the list of decayed weights in docs/usage.md (Optimizer), plus HC's dynamic W.
@@ -94,11 +94,17 @@ def test_nonfinite_step_leaves_params_and_optimizer_state_bitwise(setup, case):
   new, m = train(state, b)
   assert not bool(m["finite"]) and int(m["skipped"]) == 1
   assert np.isfinite(float(m["loss"])) == (case == "gradient_overflow"), float(m["loss"])
+  # the sublayer named is one whose gradient is non-finite (computed only on a non-finite step)
+  where = int(m["nonfinite_sublayer"])
+  if case == "gradient_overflow":
+    g = jax.jit(lambda p: step.loss_and_grads(p, b, setup[1], 1)[1])(state["params"])
+    sq = np.asarray(diagnostics.sublayer_grad_sumsq(g, cfg))
+    assert where >= 0 and not np.isfinite(sq[where]) and np.all(np.isfinite(sq[:where])), (where, sq)
   _assert_bitwise_equal(new["params"], before["params"])
   _assert_bitwise_equal(new["opt_state"], before["opt_state"])
   if case == "token_out_of_vocab":
     after, m = train(new, _batch(2))
-    assert bool(m["finite"]) and int(m["skipped"]) == 0
+    assert bool(m["finite"]) and int(m["skipped"]) == 0 and int(m["nonfinite_sublayer"]) == -1
     assert not np.array_equal(np.asarray(after["params"]["head"]), before["params"]["head"])
 
 

@@ -80,15 +80,21 @@ def _minor_faults() -> int:
 
 
 def xla_option_set(text: str) -> tuple[str, dict]:
-  """'default' -> ('default', {}); 'k=v,k2=v2' -> (text, {k: v}) with true/false as bools and integers as ints."""
+  """'default' -> ('default', {}); 'k=v,k2=v2' -> (text, {k: v}) with true/false as bools and integers as ints. An
+  item without '=' continues the value before it, for list-valued options: 'xla_cpu_experimental_onednn_fusion_type
+  =dot,eltwise'."""
   if text == "default":
     return text, {}
-  opts = {}
+  pairs = []
   for item in text.split(","):
     k, sep, v = item.partition("=")
+    if not sep and pairs:
+      pairs[-1][1] += "," + item
+      continue
     check(sep and k.startswith("xla_"), f"--xla={text}: {item!r} is not KEY=VALUE with an xla_ option")
-    opts[k] = {"true": True, "false": False}.get(v.lower(), int(v) if v.lstrip("-").isdigit() else v)
-  return text, opts
+    pairs.append([k, v])
+  return text, {k: {"true": True, "false": False}.get(v.lower(), int(v) if v.lstrip("-").isdigit() else v)
+                for k, v in pairs}
 
 
 class Point:
