@@ -23,6 +23,14 @@ def last_axis(v: Array, ndim: int) -> Array:
   return v.reshape((1,) * (ndim - 1) + v.shape)
 
 
+def _norm_params(module: nn.Module, kind: str, d: int):
+  """A Norm's parameters, declared on `module`: scale (ones), and for layernorm bias (zeros; else None)."""
+  scale = module.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
+  if kind != "layernorm":
+    return scale, None
+  return scale, module.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,))
+
+
 class Norm(nn.Module):
   """`kind` layernorm (Ba et al. 2016) or rmsnorm (Zhang & Sennrich 2019); `stats_float32` as above."""
   kind: str = "layernorm"
@@ -31,12 +39,10 @@ class Norm(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    d = x.shape[-1]
     xs = x.astype(jnp.float32) if self.stats_float32 else x
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
+    scale, bias = _norm_params(self, self.kind, x.shape[-1])
     scale = last_axis(scale, x.ndim).astype(xs.dtype)
     if self.kind == "layernorm":
-      bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,))
       mean = jnp.mean(xs, axis=-1, keepdims=True)
       var = jnp.mean(jnp.square(xs - mean), axis=-1, keepdims=True)
       y = (xs - mean) * jax.lax.rsqrt(var + self.eps) * scale + last_axis(bias, x.ndim).astype(xs.dtype)
@@ -85,3 +91,25 @@ def num_params(cfg, width: int) -> int:
   if cfg.norm == "dyt":
     return width * (2 if cfg.dyt.bias else 1) + 1
   return width * (2 if cfg.norm == "layernorm" else 1)
+
+
+class _NormParams(nn.Module):
+  """Only a Norm's parameters (the same names, shapes and inits), for a kernel that applies the norm itself."""
+  kind: str
+
+  @nn.compact
+  def __call__(self, d: int):
+    return _norm_params(self, self.kind, d)
+
+
+def norm_project(cfg, name: str, x: Array, w_DK: Array, kern) -> Array:
+  """make_norm(cfg, name)(x) @ w_DK in float32, for a projection to a few features (Hyper-Connections' dynamic
+  weights): with a LayerNorm or RMSNorm whose statistics are float32, the kernel set's `norm_project` (the norm's
+  parameters under the same name, so checkpoints are the same); otherwise the norm module, then the matmul."""
+  d, k = x.shape[-1], w_DK.shape[-1]
+  if cfg.norm in ("layernorm", "rmsnorm") and cfg.norm_stats_dtype == "float32":
+    scale, bias = _NormParams(kind=cfg.norm, name=name)(d)
+    z = kern.norm_project(x.reshape(-1, d), scale, bias, w_DK, cfg.norm_eps)
+  else:
+    z = make_norm(cfg, name)(x).astype(jnp.float32).reshape(-1, d) @ w_DK
+  return z.reshape(x.shape[:-1] + (k,))

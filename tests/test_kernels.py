@@ -24,14 +24,25 @@ def _inputs(name, t, dtype):
     return (r(ks[0], (2, t, 16)) * 3,), {}
   if name == "mix_streams":  # a non-symmetric [.., n, n+1] mixing, as HC's alpha
     return (r(ks[0], (2, t, 4, 8)), jax.random.normal(ks[1], (2, t, 4, 5))), {}
+  if name in ("norm_project", "rms_project"):  # rows off zero mean, as residual streams are; f32 params
+    d = 32
+    x = r(ks[0], (2 * t, d)) * 3.0 + 2.0
+    scale, bias = 1.0 + 0.2 * jax.random.normal(ks[1], (d,)), 0.3 * jax.random.normal(ks[2], (d,))
+    w = jax.random.normal(ks[3], (d, 6)) * 0.2
+    return ((x, scale, bias, w) if name == "norm_project" else (x, scale, w)), {}
   logits = jax.random.normal(ks[0], (2, t, 4, 4)) * 2.0
   return (logits.at[0, 0].set(0.0),), {"iters": 20}  # tied logits: the case whose gradient once came back NaN
 
 
 def _check(name, t, dtype):
   args, kw = _inputs(name, t, dtype)
-  fast = lambda *a: getattr(xla_cpu, name)(*a, **kw)
-  ref = lambda *a: getattr(reference, name)(*a, **kw)
+  if name == "rms_project":  # norm_project with bias None: RMSNorm
+    fast, ref = (lambda x, s, w, m=m: m.norm_project(x, s, None, w, 1e-5) for m in (xla_cpu, reference))
+  elif name == "norm_project":
+    fast, ref = (lambda *a, m=m: m.norm_project(*a, 1e-5) for m in (xla_cpu, reference))
+  else:
+    fast = lambda *a: getattr(xla_cpu, name)(*a, **kw)
+    ref = lambda *a: getattr(reference, name)(*a, **kw)
   out_f, vjp_f = jax.vjp(fast, *args)
   out_r, vjp_r = jax.vjp(ref, *args)
   assert out_f.dtype == out_r.dtype and out_f.shape == out_r.shape
@@ -45,7 +56,7 @@ def _check(name, t, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("name", ["project", "gelu", "attention", "mix_streams"])
+@pytest.mark.parametrize("name", ["project", "gelu", "attention", "mix_streams", "norm_project", "rms_project"])
 def test_xla_cpu_kernel_equals_reference(name, dtype):
   _check(name, 12, dtype)
 

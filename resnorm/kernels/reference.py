@@ -3,14 +3,17 @@
 This is what a GPU or TPU runs (`model.kernels=auto` off the CPU) and what a reader should read; `xla_cpu.py` holds
 forms of the same functions tuned for XLA:CPU, each tested equal to the one here (tests/test_kernels.py).
 
-Every kernel module exports the same five functions:
+Every kernel module exports the same six functions:
 - `project(x_BTD, w_DX)`: the projection x @ w over the last axis;
 - `gelu(x)`: GELU, tanh approximation (Hendrycks & Gimpel 2016);
 - `attention(q_BTHK, k_BTHK, v_BTHK)`: causal softmax(q k^T / sqrt(K)) v (Vaswani et al. 2017), softmax in float32;
 - `mix_streams(h_BTnD, a_BTnM)`: per-token mixing of n residual streams, out[b,t,m] = sum_j a[b,t,j,m] h[b,t,j]
   (Hyper-Connections, mHC);
 - `sinkhorn(logits, iters)`: Sinkhorn-Knopp projection of exp(logits) [..., n, n] towards the doubly-stochastic
-  matrices, columns then rows, rows last (mHC Eq. 9, docs/variants.md section 3).
+  matrices, columns then rows, rows last (mHC Eq. 9, docs/variants.md section 3);
+- `norm_project(x_RD, scale_D, bias_D, w_DK, eps)`: Norm(x) @ w, a LayerNorm (bias given) or RMSNorm (bias None)
+  over D in float32 followed by a projection to a few features, as Hyper-Connections' dynamic weights (Eq. 10-11)
+  read the streams.
 """
 import jax
 import jax.numpy as jnp
@@ -46,3 +49,14 @@ def sinkhorn(logits: jax.Array, iters: int) -> jax.Array:
     return m / jnp.sum(m, axis=-1, keepdims=True)  # rows
 
   return jax.lax.fori_loop(0, iters - 1, step, m)
+
+
+def norm_project(x_RD: jax.Array, scale_D: jax.Array, bias_D, w_DK: jax.Array, eps: float) -> jax.Array:
+  x = x_RD.astype(jnp.float32)
+  if bias_D is None:
+    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * scale_D[None]
+  else:
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+    y = (x - mean) * jax.lax.rsqrt(var + eps) * scale_D[None] + bias_D[None]
+  return y @ w_DK

@@ -11,7 +11,12 @@ faster, with the measurements, is in docs/performance.md.
 - `mix_streams`: n broadcast multiply-adds instead of a batched matmul with a contraction of size n, which XLA:CPU
   runs as a naive loop; the VJP keeps that form for dh.
 - `sinkhorn`: iterates in an [n, n, ...] layout with the sums as explicit adds.
+- `norm_project`: a closed-form backward that keeps only the per-row statistics and never forms the normalized
+  rows' gradient: with K (a few) output features, the two row means of the norm's backward are K-term dot products
+  of small arrays.
 """
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -179,3 +184,47 @@ def sinkhorn(logits: Array, iters: int) -> Array:
     return m / _sum_leading(m, 1)  # rows
 
   return jnp.moveaxis(jax.lax.fori_loop(0, iters - 1, step, m), (0, 1), (-2, -1))
+
+
+# ---- Norm(x) @ w with few outputs ----------------------------------------------------------------------------------
+
+
+def _stats(x, centered: bool, eps: float):
+  mean = jnp.mean(x, axis=-1, keepdims=True) if centered else jnp.zeros(x.shape[:-1] + (1,), x.dtype)
+  return mean, jax.lax.rsqrt(jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True) + eps)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _norm_project(x_RD, scale_D, bias_D, w_DK, centered, eps):
+  return _norm_project_fwd(x_RD, scale_D, bias_D, w_DK, centered, eps)[0]
+
+
+def _norm_project_fwd(x, scale, bias, w, centered, eps):
+  mean, r = _stats(x, centered, eps)
+  z = ((x - mean) * r * scale[None] + bias[None]) @ w
+  return z, (x, scale, bias, w, mean, r, z)
+
+
+def _norm_project_bwd(centered, eps, res, gz_RK):
+  # xhat = (x - mean) r, z = (xhat * scale + bias) @ w. With ws = scale * w, the gradient reaching xhat is
+  # gz ws^T, so the norm's two row means are mean_D(gz ws^T) = gz mean_D(ws) and mean_D(xhat * gz ws^T) =
+  # gz . (z - bias w) / D: dx = r (gz ws^T - [c1] - xhat c2), with no [R, D] intermediate but the result.
+  x, scale, bias, w, mean, r, z = res
+  d = x.shape[-1]
+  ws_DK = scale[:, None] * w
+  c2 = jnp.sum(gz_RK * (z - (bias @ w)[None]), axis=-1, keepdims=True) / d
+  c1 = gz_RK @ jnp.mean(ws_DK, axis=0)[:, None] if centered else 0.0
+  dx = r * (gz_RK @ ws_DK.T - c1) - (x - mean) * (r * r * c2)
+  m_DK = ((x - mean) * r).T @ gz_RK                          # xhat^T gz
+  colsum_K = jnp.sum(gz_RK, axis=0)
+  dw = scale[:, None] * m_DK + bias[:, None] * colsum_K[None]
+  return dx, jnp.sum(w * m_DK, axis=1), (w @ colsum_K) if centered else jnp.zeros_like(bias), dw
+
+
+_norm_project.defvjp(_norm_project_fwd, _norm_project_bwd)
+
+
+def norm_project(x_RD: Array, scale_D: Array, bias_D, w_DK: Array, eps: float) -> Array:
+  x = x_RD.astype(jnp.float32)
+  bias = jnp.zeros_like(scale_D) if bias_D is None else bias_D
+  return _norm_project(x, scale_D, bias, w_DK, bias_D is not None, eps)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from resnorm import kernels
 from resnorm.errors import check
-from resnorm.norms import make_norm, num_params
+from resnorm.norms import norm_project, num_params
 from resnorm.residual.base import Variant, register, stream_spread
 
 
@@ -42,15 +42,14 @@ class HyperConnection(nn.Module):
     beta = self.param("static_beta", nn.initializers.ones, (n,))
     if hc.dynamic:
       act = jnp.tanh if hc.tanh else (lambda z: z)
-      hbar = make_norm(self.cfg, "stream_norm")(h_BTnD).astype(jnp.float32)
       w_alpha = self.param("w_alpha", nn.with_logical_partitioning(nn.initializers.zeros, ("embed", None)),
                            (d, n + 1))
       w_beta = self.param("w_beta", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)), (d,))
       s_alpha = self.param("s_alpha", nn.initializers.constant(hc.s_alpha), ())
       s_beta = self.param("s_beta", nn.initializers.constant(hc.s_beta), ())
-      # Both dynamic terms from one [B*T*n, D] x [D, n+2] matmul.
+      # Both dynamic terms from one norm(H) [B*T*n, D] x [D, n+2] projection.
       w = jnp.concatenate([w_alpha, w_beta[:, None]], axis=1)
-      dyn = act(hbar.reshape(-1, d) @ w).reshape(h_BTnD.shape[:3] + (n + 2,))
+      dyn = act(norm_project(self.cfg, "stream_norm", h_BTnD, w, kernels.get(self.cfg.kernels)))
       alpha = alpha[None, None] + s_alpha * dyn[..., : n + 1]                                      # [B,T,n,n+1]
       beta = beta[None, None] + s_beta * dyn[..., n + 1]                                           # [B,T,n]
       mix_BTmD = kernels.get(self.cfg.kernels).mix_streams(h_BTnD, alpha)
