@@ -6,7 +6,7 @@ lucidrains' `hyper-connections` package: Hyper-Connections (Zhu et al. 2024, arX
 
 Nothing of either peer is copied here. nanoGPT is imported from a checkout given on the command line; torch and
 hyper-connections are not resnorm dependencies and run from a separate environment:
-  python -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch==2.13.0 hyper-connections==0.4.11
+  python -m venv /tmp/torchenv && /tmp/torchenv/bin/pip install torch==2.14.1 hyper-connections==0.4.11
   (a checkout of the public karpathy/nanoGPT repository in /tmp/nanoGPT; only its model.py is used)
   /tmp/torchenv/bin/python tools/peer_nanogpt.py --nanogpt=/tmp/nanoGPT --residuals=pre_norm,hc,mhc
 Every residual in --residuals is built in this one process and their steps are interleaved (A B C A B C ...), as
