@@ -23,6 +23,15 @@ def last_axis(v: Array, ndim: int) -> Array:
   return v.reshape((1,) * (ndim - 1) + v.shape)
 
 
+def normalize(x: Array, scale: Array, bias: Array | None, eps: float) -> Array:
+  """LayerNorm of x over its last axis when `bias` is given, else RMSNorm; scale and bias broadcast against x."""
+  if bias is None:
+    return x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * scale
+  mean = jnp.mean(x, axis=-1, keepdims=True)
+  var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+  return (x - mean) * jax.lax.rsqrt(var + eps) * scale + bias
+
+
 def _norm_params(module: nn.Module, kind: str, d: int):
   """A Norm's parameters, declared on `module`: scale (ones), and for layernorm bias (zeros; else None)."""
   scale = module.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
@@ -41,15 +50,8 @@ class Norm(nn.Module):
   def __call__(self, x: Array) -> Array:
     xs = x.astype(jnp.float32) if self.stats_float32 else x
     scale, bias = _norm_params(self, self.kind, x.shape[-1])
-    scale = last_axis(scale, x.ndim).astype(xs.dtype)
-    if self.kind == "layernorm":
-      mean = jnp.mean(xs, axis=-1, keepdims=True)
-      var = jnp.mean(jnp.square(xs - mean), axis=-1, keepdims=True)
-      y = (xs - mean) * jax.lax.rsqrt(var + self.eps) * scale + last_axis(bias, x.ndim).astype(xs.dtype)
-    else:
-      ms = jnp.mean(jnp.square(xs), axis=-1, keepdims=True)
-      y = xs * jax.lax.rsqrt(ms + self.eps) * scale
-    return y.astype(x.dtype)
+    cast = lambda v: last_axis(v, x.ndim).astype(xs.dtype)
+    return normalize(xs, cast(scale), None if bias is None else cast(bias), self.eps).astype(x.dtype)
 
 
 class DyT(nn.Module):

@@ -18,6 +18,8 @@ Every kernel module exports the same six functions:
 import jax
 import jax.numpy as jnp
 
+from resnorm import norms
+
 
 def project(x_BTD: jax.Array, w_DX: jax.Array) -> jax.Array:
   return jnp.einsum("btd,dx->btx", x_BTD, w_DX)
@@ -52,11 +54,5 @@ def sinkhorn(logits: jax.Array, iters: int) -> jax.Array:
 
 
 def norm_project(x_RD: jax.Array, scale_D: jax.Array, bias_D, w_DK: jax.Array, eps: float) -> jax.Array:
-  x = x_RD.astype(jnp.float32)
-  if bias_D is None:
-    y = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps) * scale_D[None]
-  else:
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    y = (x - mean) * jax.lax.rsqrt(var + eps) * scale_D[None] + bias_D[None]
-  return y @ w_DK
+  bias = None if bias_D is None else bias_D[None]
+  return norms.normalize(x_RD.astype(jnp.float32), scale_D[None], bias, eps) @ w_DK

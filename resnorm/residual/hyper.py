@@ -36,7 +36,7 @@ class HyperConnection(nn.Module):
 
   @nn.compact
   def __call__(self, h_BTnD, branch, norm, layer, sub):
-    hc, dt = self.cfg.hc, h_BTnD.dtype
+    hc, dt, kern = self.cfg.hc, h_BTnD.dtype, kernels.get(self.cfg.kernels)
     n, d = hc.n, h_BTnD.shape[-1]
     alpha = self.param("static_alpha", _static_alpha_init(sub, n), (n, n + 1))
     beta = self.param("static_beta", nn.initializers.ones, (n,))
@@ -49,10 +49,10 @@ class HyperConnection(nn.Module):
       s_beta = self.param("s_beta", nn.initializers.constant(hc.s_beta), ())
       # Both dynamic terms from one norm(H) [B*T*n, D] x [D, n+2] projection.
       w = jnp.concatenate([w_alpha, w_beta[:, None]], axis=1)
-      dyn = act(norm_project(self.cfg, "stream_norm", h_BTnD, w, kernels.get(self.cfg.kernels)))
+      dyn = act(norm_project(self.cfg, "stream_norm", h_BTnD, w, kern))
       alpha = alpha[None, None] + s_alpha * dyn[..., : n + 1]                                      # [B,T,n,n+1]
       beta = beta[None, None] + s_beta * dyn[..., n + 1]                                           # [B,T,n]
-      mix_BTmD = kernels.get(self.cfg.kernels).mix_streams(h_BTnD, alpha)
+      mix_BTmD = kern.mix_streams(h_BTnD, alpha)
       beta_BTn1 = beta.astype(dt)[..., None]
     else:
       mix_BTmD = jnp.einsum("btnd,nm->btmd", h_BTnD, alpha.astype(dt))

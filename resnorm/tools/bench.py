@@ -81,8 +81,8 @@ def _minor_faults() -> int:
 
 def xla_option_set(text: str) -> tuple[str, dict]:
   """'default' -> ('default', {}); 'k=v,k2=v2' -> (text, {k: v}) with true/false as bools and integers as ints. An
-  item without '=' continues the value before it, for list-valued options: 'xla_cpu_experimental_onednn_fusion_type
-  =dot,eltwise'."""
+  item without '=' continues the value before it, for list-valued options (enum names):
+  'xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE'."""
   if text == "default":
     return text, {}
   pairs = []
