@@ -2,7 +2,7 @@
 
 get_config(arg): arg is the scale, "cpu" (default: a laptop CPU, minutes) or "tpu" (a Cloud TPU study).
 Only the fields defined here exist: a config file, a --config.x override, a sweep point or code that sets any other
-key is refused with exit 2 naming it (resnorm/configkeys.py), so a stale or misspelt key never silently does nothing.
+key is refused with exit 2 naming it (resnorm/config/configkeys.py), so a stale or misspelt key never silently does nothing.
 """
 import ml_collections
 
@@ -18,7 +18,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.scale = scale                   # the scale this config was built for (cpu | tpu); informational
 
   m = c.model = ml_collections.ConfigDict()
-  m.residual = "pre_norm"           # registry name: see docs/variants.md section 8 / resnorm.residual
+  m.residual = "pre_norm"           # registry name: see docs/variants.md section 8 / resnorm.model.residual
   m.num_layers = 12                 # L blocks; S = 2L sublayers (attention and MLP each count)
   m.d_model = 64                    # width D
   m.num_heads = 4                   # attention heads; must divide d_model
@@ -36,7 +36,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.pos = "rope"                    # rope | learned
   m.rope_base = 10000.0             # RoPE frequency base
   m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)
-  m.kernels = "auto"                # auto (xla_cpu on the CPU, else reference) | xla_cpu | reference (resnorm.kernels)
+  m.kernels = "auto"                # auto (xla_cpu on the CPU, else reference) | xla_cpu | reference (resnorm.model.kernels)
   m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
                                     # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
   m.dyt = ml_collections.ConfigDict()
@@ -105,7 +105,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.seq_len = 64                    # tokens per example
   d.pack = True                     # pack documents (BOS-separated) into full rows; False: crop/pad each document
   d.eval_set = "stratified"         # stratified: eval_bytes of targets drawn across every validation document by a
-                                    # fixed rule (resnorm.data.stratified_rows), the same for every seed; head: the
+                                    # fixed rule (resnorm.data.data.stratified_rows), the same for every seed; head: the
                                     # first eval_batches batches of the unshuffled validation split
   d.eval_bytes = 262144             # stratified: targets scored per eval (all of the split when it holds fewer)
   d.eval_batches = 8                # head: validation batches per eval

@@ -6,8 +6,8 @@ import re
 from absl import flags, logging
 from ml_collections import config_flags
 
-from resnorm import startup
-from resnorm.errors import HELP_FLAGS, InputError, cli_main
+from resnorm.scale import startup
+from resnorm.core.errors import HELP_FLAGS, InputError, cli_main
 
 FLAGS = flags.FLAGS
 
@@ -85,7 +85,7 @@ def main_train(argv) -> int:
   _define_common()
   flags.DEFINE_bool("dry_run", False, "Print sizes, FLOPs and the compiled steps' memory; do not train.")
   flags.DEFINE_string("target", None, "With --dry_run: the accelerator to plan memory for (e.g. v4-8, h100; "
-                      "see resnorm/memplan.py); compiled for its device count, simulated on the CPU if needed.")
+                      "see resnorm/plan/memplan.py); compiled for its device count, simulated on the CPU if needed.")
   flags.DEFINE_enum("compiler", "auto", ["auto", "tpu", "cpu"], "With --target: auto is the TPU compiler for a TPU "
                     "slice where libtpu is installed (the [tpu] extra), else the CPU estimate; tpu or cpu forces one.")
   flags.DEFINE_bool("json", False, "With --dry_run --target: print the plan as one JSON object (progress on stderr).")
@@ -101,13 +101,13 @@ def main_train(argv) -> int:
   if FLAGS.dry_run:
     return _dry_run(cfg)
   startup.start()
-  from resnorm import trainer
+  from resnorm.train import trainer
   return trainer.train(cfg, workdir, FLAGS.allow_config_change, force_unlock=FLAGS.force_unlock)
 
 
 def _dry_run(cfg) -> int:
   """--dry_run [--target=NAME]: sizes and compiled memory; with a target, whether it fits (exit 0) or not (2)."""
-  from resnorm import memplan
+  from resnorm.plan import memplan
   target = memplan.parse_target(FLAGS.target) if FLAGS.target else None
   if target is None and (FLAGS["compiler"].present or FLAGS.json):
     raise InputError("--compiler and --json belong to the memory plan: add --target")
@@ -115,7 +115,7 @@ def _dry_run(cfg) -> int:
   if target is not None and not memplan.run_here(target, compiler):
     return memplan.reexec(target, compiler, quiet=FLAGS.json)
   startup.start(compilation_cache=False)  # compile for real: the analysis, and compile_s, of a fresh compile
-  from resnorm import dryrun
+  from resnorm.plan import dryrun
   if target is None:
     dryrun.print_info(dryrun.dry_run(cfg))
     return 0
@@ -142,10 +142,10 @@ def main_eval(argv) -> int:
   if FLAGS.sweep:
     if not FLAGS.outdir:
       raise InputError("--sweep needs --outdir")
-    from resnorm.tools import report
-    report.report(FLAGS.sweep, FLAGS.outdir)
+    from resnorm.results import sweep_report
+    sweep_report.report(FLAGS.sweep, FLAGS.outdir)
     return 0
-  from resnorm import evaluate
+  from resnorm.evaluation import evaluate
   if FLAGS.init:
     if not FLAGS.outdir:
       raise InputError("--init needs --outdir")

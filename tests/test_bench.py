@@ -6,7 +6,8 @@ import sys
 import numpy as np
 
 from conftest import tiny_config
-from resnorm import configlib, flops
+from resnorm.config import configlib
+from resnorm.model import flops
 from test_cli import ENV, ROOT
 
 
@@ -24,7 +25,7 @@ def test_bench_grid_json(tmp_path):
   assert [(x["residual"], x["num_layers"]) for x in res["runs"]] == [("pre_norm", 1), ("pre_norm", 2), ("hc", 1),
                                                                       ("hc", 2)]
   # Training FLOPs per token counted by hand for pre_norm (d 32, mlp 64, seq 16, vocab 320): 3 x forward, forward =
-  # L x (2 x (4 d^2 + 2 d f) + 4 T d) + 2 d V; hc's from resnorm.flops (hand-checked in test_residual). A step is
+  # L x (2 x (4 d^2 + 2 d f) + 4 T d) + 2 d V; hc's from resnorm.model.flops (hand-checked in test_residual). A step is
   # batch 2 x seq 16 = 32 tokens.
   d, f, t, v = 32, 64, 16, 320
   hand = {("pre_norm", L): 3 * (L * (2 * (4 * d * d + 2 * d * f) + 4 * t * d) + 2 * d * v) for L in (1, 2)}
@@ -89,7 +90,7 @@ def test_bench_loop_splits_train_s_against_bare_steps(tmp_path, text_corpus):
 
 
 def test_xla_option_set_parses_list_values():
-  from resnorm.tools.bench import xla_option_set
+  from resnorm.bench.bench import xla_option_set
   assert xla_option_set("default") == ("default", {})
   text = "xla_cpu_experimental_ynn_fusion_type=LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE,xla_cpu_use_onednn=true"
   assert xla_option_set(text)[1] == {

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import text_config
-from resnorm import storage, workdir as wd
+from resnorm.io import storage, workdir as wd
 from test_cli import ENV, ROOT
 
 BUCKET = "resnorm-test"
@@ -179,12 +179,12 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
   samples = wd.read_jsonl(f"{run}/eval/samples_step_24.jsonl")
   assert len(samples) == 1 and samples[0]["prompt"] == "def f" and len(samples[0]["tokens"]) <= 5
 
-  from resnorm.tools import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
+  from resnorm.results import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
   read = claims.Runs._read(run)
   assert read["loss"] == final_eval and read["evals"] == [(s, e) for s, _, e in _losses(local) if e is not None]
 
-  from resnorm.tools import report  # eval.py --sweep's work, here in-process
-  rows = report.report(f"gs://{BUCKET}/runs/*", f"gs://{BUCKET}/table")
+  from resnorm.results import sweep_report  # eval.py --sweep's work, here in-process
+  rows = sweep_report.report(f"gs://{BUCKET}/runs/*", f"gs://{BUCKET}/table")
   assert [(r["run"], r["status"], r["final_eval_loss"]) for r in rows] == [
       ("tiny", "completed", final_eval)]
   assert storage.read_text(f"gs://{BUCKET}/table/sweep.csv").splitlines()[1].startswith("tiny,pre_norm,2,")

@@ -6,8 +6,9 @@ import re
 import pytest
 
 from conftest import ROOT, tiny_config
-from resnorm import configlib, runtime
-from resnorm.errors import InputError
+from resnorm.config import configlib
+from resnorm.step import runtime
+from resnorm.core.errors import InputError
 
 BAD = [
     ("pre_norm", {"model.residual": "nope"}, "model.residual='nope' is unknown"),
@@ -225,7 +226,7 @@ def test_every_config_file_and_scale_validates():
 
 
 def test_sweep_files_load_and_an_unknown_override_is_refused(tmp_path, monkeypatch):
-  from resnorm.tools import sweep
+  from resnorm.sweep import sweep
   monkeypatch.setenv("RESNORM_SMOKE_DATA", "x.txt")
   for path in sorted(glob_sweeps()):
     assert sweep.load_points(path)  # every override of every point is a known key

@@ -7,8 +7,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from conftest import short_config, text_config, tiny_config
-from resnorm import corpus, data
-from resnorm.errors import InputError
+from resnorm.data import corpus, data
+from resnorm.core.errors import InputError
 
 
 def _cfg(stdlib_dir, **over):

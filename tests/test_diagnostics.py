@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import init_and_apply, tiny_config
-from resnorm import configlib, diagnostics, step
+from resnorm.config import configlib
+from resnorm.model import diagnostics
+from resnorm.step import step
 
 
 def _batch(b=2, t=16):
@@ -20,7 +22,7 @@ def diag(request):
   mcfg, params, _, _ = init_and_apply(cfg)
   batch = _batch()
   out = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))
-  from resnorm.model import LM
+  from resnorm.model.model import LM
   _, taps = jax.jit(lambda p, x: LM(mcfg, collect=True).apply({"params": p}, x))(params, batch["inputs"])
   return cfg, mcfg, params, batch, out, jax.device_get(taps)
 
@@ -168,7 +170,7 @@ def test_spike_detector_state_survives_a_resume():
 def _train_tiny(name, steps=40, **over):
   """`steps` AdamW steps (lr 1e-2) on a learnable toy sequence; returns the trained params, config and a batch."""
   import flax
-  from resnorm import optim
+  from resnorm.step import optim
   cfg = tiny_config(name, 2, **{"train.warmup_steps": 0, "train.lr": 1e-2, "train.steps": steps, **over})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
   tok = jax.random.randint(jax.random.key(0), (steps, 4, 17), 0, 16)
@@ -197,7 +199,7 @@ def test_mhc_streams_separate_in_training_at_the_default_init():
 
 
 def test_stream_spread_formula():
-  from resnorm.residual.base import stream_spread
+  from resnorm.model.residual.base import stream_spread
   h = np.random.default_rng(0).normal(size=(2, 3, 4, 8))
   mean = h.mean(2)
   ref = np.mean(np.linalg.norm(h - mean[:, :, None], axis=-1), axis=-1) / np.linalg.norm(mean, axis=-1)

@@ -1,8 +1,8 @@
-"""resnorm.distributed's reading of the JAX_* variables, in process (the processes themselves: test_multiprocess)."""
+"""resnorm.scale.distributed's reading of the JAX_* variables, in process (the processes themselves: test_multiprocess)."""
 import pytest
 
-from resnorm import distributed
-from resnorm.errors import InputError
+from resnorm.scale import distributed
+from resnorm.core.errors import InputError
 
 ADDR = "127.0.0.1:1234"
 

@@ -353,7 +353,7 @@ def test_help_lists_every_flag_the_docs_give_each_command(help_texts):
 
 
 def test_help_lists_the_flags_defined_in_other_modules(help_texts):
-  """The flags a command takes from a shared module (resnorm.tools.sweep_flags, resnorm.tools.slurm) are listed."""
+  """The flags a command takes from a shared module (resnorm.sweep.sweep_flags, resnorm.sweep.slurm) are listed."""
   for name in ("resnorm.sweep", "resnorm.results"):
     text = help_texts[name][1]
     for flag in ("root", "jobs", "launcher", "slurm.partition", "slurm.time"):

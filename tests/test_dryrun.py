@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from resnorm import memplan
-from resnorm.errors import InputError
+from resnorm.plan import memplan
+from resnorm.core.errors import InputError
 from test_cli import ENV, ROOT
 
 # a :tpu config (bfloat16, its remat, grad_accum and diag_batch, all-FSDP mesh) at tiny dimensions
@@ -40,7 +40,7 @@ def test_tpu_config_fits_v4_8():
 def test_too_large_names_what_fits_and_that_fits():
   """A budget between the peaks of one and two micro-batches: exit 2, naming grad_accum=2, which then fits.
   (Peaks measured here: 4.4 MiB at one micro-batch of 8 per device, 2.4 MiB at two; 6.4 and 3.4 before the train
-  step's guards became conditionals, resnorm/step.py.)"""
+  step's guards became conditionals, resnorm/step/step.py.)"""
   small = ["--config.train.batch_size=32", "--config.model.remat=none", "--config.train.grad_accum=1",
            "--config.train.diag_every=0", "--target=4x0.004"]
   r, last = dry_run(*TPU_SHAPED, *small, devices=4)  # the devices are there already: no re-execution

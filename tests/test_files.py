@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from resnorm import data, files
-from resnorm.errors import InputError
+from resnorm.data import data, files
+from resnorm.core.errors import InputError
 from test_cli import ENV, ROOT
 
 

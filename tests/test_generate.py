@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import apply_fn, init_and_apply, tiny_config
-from resnorm import generate, residual
-from resnorm.errors import InputError
+from resnorm.evaluation import generate
+from resnorm.model import residual
+from resnorm.core.errors import InputError
 
 VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
 

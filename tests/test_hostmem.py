@@ -1,4 +1,4 @@
-"""resnorm.hostmem: with the allocator tuned, a step that needs a large temporary buffer stops page-faulting it
+"""resnorm.scale.hostmem: with the allocator tuned, a step that needs a large temporary buffer stops page-faulting it
 back in every call; left alone (RESNORM_HOST_MALLOC=default), it does. Each case is a fresh process: the tuning
 must precede the backend's threads."""
 import json
@@ -15,7 +15,7 @@ from test_cli import ENV, ROOT
 # so untuned glibc maps and unmaps them on every call.
 SCRIPT = """
 import json, resource
-from resnorm import hostmem
+from resnorm.scale import hostmem
 mode = hostmem.keep_freed_memory()
 import jax, jax.numpy as jnp
 f = jax.jit(lambda x: jnp.sin(x).T @ x[:, :8] + jnp.cos(x).T @ x[:, 8:16])

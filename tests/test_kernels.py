@@ -1,4 +1,4 @@
-"""Each XLA:CPU kernel equals its reference form (resnorm.kernels) in value and gradient, float32 and bfloat16,
+"""Each XLA:CPU kernel equals its reference form (resnorm.model.kernels) in value and gradient, float32 and bfloat16,
 and the whole model computes the same function under model.kernels=xla_cpu and =reference."""
 import jax
 import jax.numpy as jnp
@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import init_and_apply, tiny_config
-from resnorm import configlib, kernels
-from resnorm.kernels import reference, xla_cpu
-from resnorm.model import LM
+from resnorm.config import configlib
+from resnorm.model import kernels
+from resnorm.model.kernels import reference, xla_cpu
+from resnorm.model.model import LM
 
 TOL = {jnp.float32: 2e-5, jnp.bfloat16: 3e-2}
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from resnorm import ckpt, lock
+from resnorm.io import ckpt, lock
 from test_reliability import _start, _wait_for_step
 
 
@@ -89,7 +89,7 @@ def test_second_launch_on_a_live_workdir_exits_2_and_changes_nothing(contested):
 
 @pytest.mark.integration
 def test_eval_on_a_live_workdir_writes_only_under_eval(contested, monkeypatch, capfd):
-  from resnorm import evaluate
+  from resnorm.evaluation import evaluate
   wd = contested["wd"]
   owner = lock.WorkdirLock(wd).acquire()  # a live owner (this process)
   real = ckpt.Checkpointer.steps
@@ -315,7 +315,7 @@ class _LosesItAfter:
 
 def test_a_run_that_lost_its_lock_stops_without_writing_more(tmp_path, text_corpus):
   from conftest import text_config
-  from resnorm import trainer
+  from resnorm.train import trainer
   wd = str(tmp_path / "run")
   with pytest.raises(lock.LockLost, match="taken over by host vm-b"):
     trainer.Trainer(text_config(text_corpus), wd, _LosesItAfter(3)).run()

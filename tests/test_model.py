@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from conftest import apply_fn, init_and_apply, tiny_config
-from resnorm import configlib, residual
-from resnorm.model import LM
+from resnorm.config import configlib
+from resnorm.model import residual
+from resnorm.model.model import LM
 
 VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
 

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from conftest import tiny_config
-from resnorm import configlib
-from resnorm.model import LM
-from resnorm.norms import Norm
+from resnorm.config import configlib
+from resnorm.model.model import LM
+from resnorm.model.norms import Norm
 
 
 def _reduction_dtypes(jaxpr) -> set:
@@ -83,7 +83,7 @@ def _tanh_dtypes(jaxpr) -> list:
 def test_dyt_is_the_papers_elementwise_form_in_float32_under_bf16():
   """DyT (Zhu et al. 2025, Eq. 1): scale * tanh(alpha x) (+ bias), against float64; its tanh in float32 under
   bfloat16 compute unless model.norm_stats_dtype=compute."""
-  from resnorm.norms import DyT
+  from resnorm.model.norms import DyT
   x = (jax.random.normal(jax.random.key(0), (4, 64)) * 3).astype(jnp.bfloat16)
   rng = np.random.default_rng(0)
   params = {"alpha": jnp.asarray(0.7), "scale": jnp.asarray(rng.standard_normal(64), jnp.float32),
@@ -125,8 +125,8 @@ def test_dyt_alpha_init_follows_the_side_of_each_norm():
 
 def test_every_placement_runs_norm_free_but_ngpt_is_refused():
   """model.norm=dyt under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace) refused."""
-  from resnorm import residual
-  from resnorm.errors import InputError
+  from resnorm.model import residual
+  from resnorm.core.errors import InputError
   from conftest import init_and_apply
   for name in sorted({v.name for v in residual.REGISTRY.values()}):
     cfg = tiny_config(name, 2, **{"model.norm": "dyt"})

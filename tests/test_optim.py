@@ -7,7 +7,8 @@ import optax
 import pytest
 
 from conftest import param_shapes, tiny_config
-from resnorm import configlib, optim
+from resnorm.config import configlib
+from resnorm.step import optim
 
 
 def _np_schedule(name, lr, warm, total, ratio):
@@ -68,7 +69,7 @@ def test_weight_decay_only_touches_masked_params():
 def test_ngpt_weights_stay_unit_norm_after_a_step():
   """nGPT's renormalization (the last transform): every listed matrix has unit norm along d_model after the update,
   in the stacked layout, while the other params move by AdamW alone."""
-  from resnorm.residual.ngpt import UNIT_NORM
+  from resnorm.model.residual.ngpt import UNIT_NORM
   cfg = tiny_config("ngpt", 2, **{"train.lr": 0.1, "train.warmup_steps": 0, "train.weight_decay": 0.0})
   shapes = param_shapes(cfg)
   leaves, tree = jax.tree.flatten(shapes)

@@ -1,7 +1,7 @@
-"""resnorm.tools.plots: the cross-run figures of `eval.py --sweep`."""
+"""resnorm.viz.plots: the cross-run figures of `eval.py --sweep`."""
 import warnings
 
-from resnorm.tools import plots
+from resnorm.viz import plots
 
 
 def test_overlay_of_runs_with_nothing_to_draw_is_quiet(tmp_path):

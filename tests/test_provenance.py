@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from resnorm import provenance
+from resnorm.io import provenance
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

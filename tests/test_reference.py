@@ -3,7 +3,7 @@
 For each case (a variant at a tiny config), the params are drawn by the model's init and then perturbed on every
 leaf with non-symmetric noise, so that a transposed mixing matrix, a per-stream norm in place of a flattened one, a
 gate on the wrong tensor etc. change the function. Compared:
-- logits of the jitted float32 model vs the reference, and the loss of `resnorm.step.make_loss_fn` vs the
+- logits of the jitted float32 model vs the reference, and the loss of `resnorm.step.step.make_loss_fn` vs the
   reference's masked mean cross-entropy, on a batch with a partly and a fully padded row;
 - the model's jax.grad of that loss vs central finite differences of the float64 reference loss, on the entry
   of largest gradient and one random entry of a few leaves (attention q, MLP wi, embedding, a norm scale, and
@@ -29,8 +29,10 @@ import pytest
 
 import np_reference as ref
 from conftest import tiny_config
-from resnorm import configlib, residual, step
-from resnorm.model import LM
+from resnorm.config import configlib
+from resnorm.model import residual
+from resnorm.step import step
+from resnorm.model.model import LM
 
 VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
 B, T = 3, 12  # row 0 unpadded, row 1 partly padded, row 2 fully padded
@@ -223,8 +225,8 @@ def test_admin_profiled_omegas_match_the_reference_pass_and_are_deterministic():
   """step.init_state's omegas = the reference profiling pass on LM.init's params (omega = 1) and the same batch of
   random bytes; the same seed gives the same omegas."""
   import np_reference_placements
-  from resnorm import optim
-  from resnorm.residual import admin
+  from resnorm.step import optim
+  from resnorm.model.residual import admin
   cfg = tiny_config("admin", 3, **{"model.admin.profile_batch": 2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
   init = jax.jit(lambda r: flax.linen.unbox(step.init_state(cfg, mcfg, tx, r, 16))["params"])

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from conftest import text_config
-from resnorm import lock, trainer
+from resnorm.io import lock
+from resnorm.train import trainer
 from test_cli import ENV, ROOT, TINY
 
 LONG = [a for a in TINY if "train.steps" not in a and "ckpt_every" not in a] + [
@@ -133,7 +134,7 @@ def _truncated_checkpoint(directory):
   """A Checkpointer holding step 1 of a small state whose array data is then truncated; (it, abstract state)."""
   import jax
   import jax.numpy as jnp
-  from resnorm import ckpt
+  from resnorm.io import ckpt
   state = {"a": jnp.arange(4096.0), "b": jnp.ones((64, 64)), "c": jnp.zeros(3000)}
   writer = ckpt.Checkpointer(directory)
   writer.save(1, state, None, {})
@@ -207,7 +208,7 @@ def test_a_failed_restore_silences_only_its_stragglers(monkeypatch, tmp_path):
 
 
 def test_the_warning_names_the_innermost_cause():
-  from resnorm import ckpt
+  from resnorm.io import ckpt
   spec = "\n".join(["TensorStore({", "  'driver': 'zarr',", "})"])
   try:
     try:
@@ -231,7 +232,7 @@ BAD_WORKDIR = [
 
 @pytest.mark.parametrize("case,msg", BAD_WORKDIR)
 def test_bad_workdir(tmp_path, text_corpus, case, msg):
-  from resnorm.errors import InputError
+  from resnorm.core.errors import InputError
   if case == "not_a_dir":
     (tmp_path / "file").write_text("x")
     wd = str(tmp_path / "file" / "run")
@@ -277,7 +278,7 @@ def test_opening_a_checkpoint_read_only_logs_nothing(tmp_path, caplog):
   import logging
   import orbax.checkpoint as ocp
   from absl import logging as absl_logging
-  from resnorm import ckpt
+  from resnorm.io import ckpt
   notice = "Given directory is read only"
   reader, _ = _truncated_checkpoint(str(tmp_path / "ckpt"))  # opened read-only (its data does not matter here)
   absl = logging.getLogger("absl")

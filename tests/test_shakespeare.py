@@ -12,8 +12,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from conftest import GUTENBERG_FOOT, GUTENBERG_HEAD, SHAKESPEARE_WORKS, tiny_config
-from resnorm import data, shakespeare, unigram
-from resnorm.errors import InputError
+from resnorm.data import data, shakespeare, unigram
+from resnorm.core.errors import InputError
 from test_cli import ENV, ROOT
 
 

@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from resnorm import sharding
-from resnorm.errors import InputError
+from resnorm.scale import sharding
+from resnorm.core.errors import InputError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -76,8 +76,8 @@ def _mesh_specs(cfg):
   import flax
   import flax.linen as nn
   import jax
-  from resnorm import configlib
-  from resnorm.model import LM
+  from resnorm.config import configlib
+  from resnorm.model.model import LM
   mcfg = configlib.model_config(cfg)
   tokens = jax.ShapeDtypeStruct((1, cfg.data.seq_len), jax.numpy.int32)
   boxed = jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"]

@@ -23,7 +23,7 @@ import time
 import pytest
 
 import slurm_cluster
-from resnorm.tools import grid
+from resnorm.results import grid
 from test_cli import ENV, ROOT
 
 STEPS = 80
@@ -143,7 +143,7 @@ def check_signalled_task_is_requeued_and_resumes_exactly(swept):
 
 def check_bad_input_fails_and_is_not_requeued(cluster, swept):
   file, root = swept["tmp"] / "bad.py", swept["root"]
-  # a value train.py would refuse is refused here, before anything is submitted (resnorm.tools.preflight)
+  # a value train.py would refuse is refused here, before anything is submitted (resnorm.sweep.preflight)
   typo = swept["tmp"] / "typo.py"
   typo.write_text("def sweep(add):\n  add(config='configs/tiny.py', name='typo', **{'model.residual': 'nope'})\n")
   r = sweep(cluster, typo, root)

@@ -1,7 +1,7 @@
-"""resnorm.stats: the bootstrap standard error of an eval loss, against the analytic one for independent rows."""
+"""resnorm.core.stats: the bootstrap standard error of an eval loss, against the analytic one for independent rows."""
 import numpy as np
 
-from resnorm import stats
+from resnorm.core import stats
 
 
 def test_bootstrap_se_matches_the_standard_error_of_a_mean_of_independent_rows():

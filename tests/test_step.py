@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from conftest import short_config, tiny_config
-from resnorm import configlib, data, diagnostics, optim, runtime, step
-from resnorm.model import LM
+from resnorm.config import configlib
+from resnorm.data import data
+from resnorm.model import diagnostics
+from resnorm.step import optim, runtime, step
+from resnorm.model.model import LM
 
 # Hand-written, not read from optim: the list of decayed weights in docs/usage.md (Optimizer), plus HC's dynamic W.
 DECAYED = {"q", "k", "v", "o", "wi", "wo", "head", "w_alpha", "w_beta"}

@@ -83,8 +83,8 @@ def test_a_point_train_py_would_refuse_stops_the_sweep_before_anything_is_writte
 
 
 def test_bad_values_and_keys_of_a_point_are_refused_up_front(tmp_path):
-  from resnorm.errors import InputError
-  from resnorm.tools import preflight
+  from resnorm.core.errors import InputError
+  from resnorm.sweep import preflight
   good = {"config": "configs/tiny.py:hc", "name": "ok", "overrides": {"train.steps": 4}}
   preflight.check_points([good], ROOT)
   for over, msg in [({"train.lr": 0.0}, "train.lr=0.0 must be > 0"), ({"model.nope": 1}, "model.nope"),
@@ -101,8 +101,8 @@ def test_bad_values_and_keys_of_a_point_are_refused_up_front(tmp_path):
 
 
 def test_every_shipped_sweep_passes_its_own_preflight():
-  from resnorm.tools import preflight
-  from resnorm.tools.sweep import load_points
+  from resnorm.sweep import preflight
+  from resnorm.sweep.sweep import load_points
   for name in ("smoke", "placements", "depth", "stability", "results", "compare_2025"):
     preflight.check_points(load_points(os.path.join(ROOT, "configs", "sweeps", f"{name}.py")), ROOT)
 
@@ -125,8 +125,8 @@ def test_sweep_prints_nothing_from_a_library(tmp_path):
 def test_package_corpora_are_built_once_before_points_start_together(monkeypatch):
   """Two points started together would both build pystdlib into one data_dir (the second rename fails): the sweep
   builds each corpus its points read once, first; text files need nothing built."""
-  from resnorm import data
-  from resnorm.tools import preflight
+  from resnorm.data import data
+  from resnorm.sweep import preflight
   calls = []
   monkeypatch.setattr(data, "tfds_info", lambda dcfg, split: calls.append((dcfg.name, dcfg.data_dir, split)))
   pt = lambda name, **over: {"config": "configs/tiny.py", "name": name, "overrides": over}

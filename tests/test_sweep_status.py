@@ -7,7 +7,7 @@ import sys
 
 from test_cli import ENV, ROOT
 
-from resnorm.tools import sweep_status
+from resnorm.sweep import sweep_status
 
 NAMES = ["done", "flat", "nan", "stopped", "bad", "live", "new"]
 

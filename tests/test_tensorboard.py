@@ -7,7 +7,8 @@ import pytest
 from matplotlib import image as mpimg
 from tensorboard.backend.event_processing import event_accumulator
 
-from resnorm import trainer, workdir as wd
+from resnorm.io import workdir as wd
+from resnorm.train import tb_figures
 
 FIELDS = {"grad_norm", "act_rms", "update_ratio", "cosine", "gains", "stream_spread"}
 
@@ -39,7 +40,7 @@ def test_depth_profiles_are_images_and_scalars_do_not_grow_with_depth(tmp_path):
     tb, history = wd.TensorBoard(str(tmp_path / f"l{layers}")), []
     for step in (0, 5, 10):
       history.append((step, _rows(layers, step)))
-      trainer.tb_diagnostics(tb, history, f"hc L={layers}")
+      tb_figures.tb_diagnostics(tb, history, f"hc L={layers}")
     tb.close()
     accs[layers] = _read(str(tmp_path / f"l{layers}"))
   tags = {k: a.Tags() for k, a in accs.items()}
@@ -61,7 +62,7 @@ def test_pre_norm_rows_draw_only_their_fields(tmp_path):
   rows = [{k: v for k, v in r.items() if k not in ("gain_forward", "gain_backward", "stream_spread")}
           for r in _rows(3, 0)]
   tb = wd.TensorBoard(str(tmp_path))
-  trainer.tb_diagnostics(tb, [(0, rows)], "pre_norm L=3")
+  tb_figures.tb_diagnostics(tb, [(0, rows)], "pre_norm L=3")
   tb.close()
   tags = _read(str(tmp_path)).Tags()
   assert set(tags["images"]) == {f"depth/{f}" for f in FIELDS - {"gains", "stream_spread"}}

@@ -1,4 +1,4 @@
-"""The memory plan on the TPU compiler (resnorm.tpu_compiler): slice topologies, the child's environment and its
+"""The memory plan on the TPU compiler (resnorm.scale.tpu_compiler): slice topologies, the child's environment and its
 noise, the compiler's out-of-memory refusal, and, where libtpu is installed, train.py --dry_run compiling a tiny
 config for a v4-8 and a v5e-8 with no TPU here."""
 import json
@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from resnorm import dryrun, memplan, tpu_compiler
-from resnorm.errors import InputError
-from resnorm.tools import tpu_budget
+from resnorm.plan import dryrun, memplan
+from resnorm.scale import tpu_compiler
+from resnorm.core.errors import InputError
+from resnorm.results import tpu_budget
 from test_cli import ROOT
 
 HAVE_LIBTPU = tpu_compiler.libtpu_version() is not None

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from conftest import text_config
-from resnorm import ckpt, runtime, trainer
-from resnorm.errors import EXIT_DIVERGED, InputError
+from resnorm.io import ckpt
+from resnorm.step import runtime
+from resnorm.train import tb_figures, trainer
+from resnorm.core.errors import EXIT_DIVERGED, InputError
 
 
 def _metrics(path):
@@ -141,7 +143,7 @@ def test_resume_restores_the_host_state(hc_runs):
   finally:
     t.ckpt.close()
   assert start == 6 and t.spikes.n == 6 and t.spikes.mean > 0
-  assert t.last["loss"] == summary["final_train_loss"] and t.last["eval"]["eval_loss"] == summary["final_eval_loss"]
+  assert t.last["loss"] == summary["final_train_loss"] and t.restored_eval["eval_loss"] == summary["final_eval_loss"]
 
 
 def _files(path):
@@ -193,7 +195,8 @@ def test_config_changes_on_resume(tmp_path, text_corpus):
 def test_summary_scores_the_stratified_eval_set_with_its_error_and_baseline(tmp_path, works):
   """summary.json: eval_tokens (the targets of the stratified set), eval_loss_se (bootstrap), and the unigram
   baseline and stall flag on that same set."""
-  from resnorm import data, stats, unigram
+  from resnorm.core import stats
+  from resnorm.data import data, unigram
   cfg = text_config(works, **{"data.seq_len": 32, "data.val_fraction": 0.1, "data.eval_set": "stratified",
                               "data.eval_bytes": 4096, "data.eval_batch_size": 16})
   assert trainer.train(cfg, str(tmp_path)) == 0
@@ -231,6 +234,6 @@ def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_cor
 
 
 def test_figures_drawn_while_within_budget():
-  assert trainer.should_draw(0.0, trainer.TB_DRAW_GUESS_S, 60.0)       # 1 s of 60: 1.7%
-  assert not trainer.should_draw(0.0, trainer.TB_DRAW_GUESS_S, 40.0)   # 1 s of 40: 2.5%
-  assert trainer.should_draw(2.0, 0.5, 125.0) and not trainer.should_draw(2.0, 0.5, 124.0)
+  assert tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 60.0)       # 1 s of 60: 1.7%
+  assert not tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 40.0)   # 1 s of 40: 2.5%
+  assert tb_figures.should_draw(2.0, 0.5, 125.0) and not tb_figures.should_draw(2.0, 0.5, 124.0)

@@ -12,8 +12,10 @@ import pytest
 from tensorboard.backend.event_processing import event_accumulator
 
 from conftest import text_config, tiny_config
-from resnorm import corpus, data, trainer, unigram, workdir as wd
-from resnorm.tools import report
+from resnorm.data import corpus, data, unigram
+from resnorm.io import workdir as wd
+from resnorm.train import trainer
+from resnorm.results import sweep_report
 
 REPEAT = "the quick brown fox jumps over the lazy dog. " * 60
 
@@ -115,7 +117,7 @@ def test_sweep_table_marks_stalled_apart_from_diverged(runs, tmp_path):
   wd.write_json(str(tmp_path / "runs" / "diverged" / "summary.json"), {**summary, "status": "diverged"})
   for name in ("learn", "stall"):
     shutil.copytree(runs[name][1], tmp_path / "runs" / name, ignore=shutil.ignore_patterns("checkpoints"))
-  rows = {r["run"]: r for r in report.report(str(tmp_path / "runs" / "*"), str(tmp_path / "out"))}
+  rows = {r["run"]: r for r in sweep_report.report(str(tmp_path / "runs" / "*"), str(tmp_path / "out"))}
   assert rows["stall"]["stalled"] is True and rows["learn"]["stalled"] is False
   assert rows["diverged"]["stalled"] is None and rows["diverged"]["status"] == "diverged"
   md = (tmp_path / "out" / "sweep.md").read_text()

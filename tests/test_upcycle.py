@@ -7,8 +7,9 @@ import os
 import pytest
 
 from conftest import text_config
-from resnorm import configlib, trainer, upcycle
-from resnorm.errors import InputError
+from resnorm.config import configlib
+from resnorm.train import trainer, upcycle
+from resnorm.core.errors import InputError
 
 RUN = {"train.steps": 3, "train.warmup_steps": 0, "train.eval_every": 3, "train.ckpt_every": 3,
        "train.diag_every": 0, "train.lr": 3e-3}
@@ -50,7 +51,8 @@ def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus,
 def test_the_new_run_starts_its_own_step_counter_and_schedule(source, tmp_path, text_corpus):
   """A fresh optimizer: the state's step starts at 0 (the source's 3 would shift the schedule), so the logged lr of
   step k is the new run's own schedule at k - 1, and the new run's checkpoint holds its own step count."""
-  from resnorm import ckpt, optim, runtime
+  from resnorm.io import ckpt
+  from resnorm.step import optim, runtime
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, "hc", **{**RUN, "train.steps": 4, "train.warmup_steps": 2, "train.eval_every": 4,
                                           "train.ckpt_every": 4, "model.hc.n": 2, "train.init_from": source})

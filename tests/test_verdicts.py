@@ -1,9 +1,9 @@
-"""resnorm/tools/verdicts.py: the paired t-test against scipy, the minimum detectable effect's power by simulation,
+"""resnorm/results/verdicts.py: the paired t-test against scipy, the minimum detectable effect's power by simulation,
 and Holm's correction holding the familywise error under a global null."""
 import numpy as np
 import pytest
 
-from resnorm.tools import verdicts
+from resnorm.results import verdicts
 
 
 def test_t_test_matches_scipy_and_the_mde_has_its_power():

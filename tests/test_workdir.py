@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from resnorm import workdir as wd
-from resnorm.errors import InputError
+from resnorm.io import workdir as wd
+from resnorm.core.errors import InputError
 
 
 def _lines(path):

@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-from resnorm import storage, workdir as wd
+from resnorm.io import storage, workdir as wd
 
 
 def one(base: str, steps: int, flush: int) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """The grid behind docs/results.md (`make results`): python -m resnorm.sweep configs/sweeps/results.py --root=DIR
 
-FULL is the design; resnorm/tools/grid.py turns it into named runs on both corpora (pystdlib, shakespeare) and
+FULL is the design; resnorm/results/grid.py turns it into named runs on both corpora (pystdlib, shakespeare) and
 shrinks it for --quick and the test, chosen by $RESNORM_RESULTS_SIZE. Every point has 3 seeds (the recipes of C6a-b,
 C8 and C9 have 6); a seed gives every variant the same base weights.
 
@@ -29,7 +29,7 @@ Horizons the budget could not reach: C4 stops at 16 layers (v2's 24 and 48 would
 runs, 520 thousand more: another 35 minutes); C7 stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether
 a part's runs reached its regime is read from the runs (claims.py), and the report says so part by part.
 """
-from resnorm.tools import grid
+from resnorm.results import grid
 
 FULL = {
     "steps": 200,                      # every map run (Xiong-style 10% warmup = 20 steps)
@@ -115,7 +115,7 @@ PEAK_FLOPS = {"v4-8": 4 * 275e12, "H100": 989e12}  # bf16 dense: 4 TPU v4 chips;
 
 
 def device_hours(d, device, mfu: float = ASSUMED_MFU, points=None) -> float:
-  """Device-hours of a design's training runs: sum over its runs of training FLOPs (resnorm.flops' analytic count
+  """Device-hours of a design's training runs: sum over its runs of training FLOPs (resnorm.model.flops' analytic count
   per token x batch x seq_len x steps) / (the device's bf16 peak x mfu). Left out: evals (5 a run, 32 batches of
   256 x 1024 tokens forward: about 1% of a 2000-step run), the diagnostics, compilation and remat's recomputation
   (whole-block remat adds one forward: x 4/3, which an MFU measured with remat on already absorbs).
@@ -123,7 +123,7 @@ def device_hours(d, device, mfu: float = ASSUMED_MFU, points=None) -> float:
   The --scale=tpu design (TPU above) at 40% MFU: 120 runs, 8.85e19 FLOPs, about 56 v4-8 hours (2.3 days on one
   v4-8) or 62 H100-hours (8 H100s: 8 hours). A second map depth at 48 layers (66 more runs, C8-C9 then at 48)
   would add about 112 v4-8 hours; C4 at 96 layers (6 runs) 17 more. The test recomputes these figures."""
-  from resnorm import flops
+  from resnorm.model import flops
   peak = PEAK_FLOPS[device] if isinstance(device, str) else float(device)  # a name of PEAK_FLOPS, or FLOP/s
   total = 0.0
   for c, r, s in (grid.points(d) if points is None else points):

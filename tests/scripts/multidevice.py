@@ -9,7 +9,9 @@ import jax
 import numpy as np
 
 from configs import tiny
-from resnorm import ckpt, dryrun, runtime
+from resnorm.io import ckpt
+from resnorm.plan import dryrun
+from resnorm.step import runtime
 
 MESHES = ((1, 1, 1), (8, 1, 1), (1, 8, 1), (2, 2, 2), (1, 2, 4))
 

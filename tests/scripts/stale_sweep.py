@@ -2,8 +2,8 @@
 this process (a gcsfuse mount that has not yet seen another host's summary.json)."""
 import os
 
-from resnorm.errors import run_app
-from resnorm.tools import sweep
+from resnorm.core.errors import run_app
+from resnorm.sweep import sweep
 
 _real = sweep.status
 _stale = set(os.environ.get("RESNORM_TEST_STALE", "").split(","))

@@ -1,0 +1,66 @@
+"""The config's key tree is configs/base.py's: a key base.py does not define is refused (exit 2, naming it).
+
+ml_collections lets code add fields to a ConfigDict (`c.model.mhc.sym_break = "onehot"`, a config file that sets a
+retired field, a sweep override with a typo); nothing reads such a field, so the run would silently ignore it.
+Light on purpose (configs.base and errors only): the sweep tool checks its points' overrides before starting any
+process, and configlib.validate checks every config a run, eval or bench builds.
+"""
+import functools
+
+from configs import base
+from resnorm.core.errors import InputError
+
+# Fields earlier versions stored in checkpoints that change nothing this code computes: dropped on load
+# (configlib.from_json). `model.attention` was the kernel choice now called `model.kernels` (runtime only).
+RETIRED_RUNTIME_FIELDS = ("model.attention",)
+
+
+@functools.cache
+def _known() -> dict:
+  return base.get_config("cpu").to_dict()
+
+
+def _tree(cfg) -> dict:
+  return cfg.to_dict() if hasattr(cfg, "to_dict") else dict(cfg)
+
+
+def _first_unknown(have: dict, known: dict, prefix: str = "") -> str | None:
+  for key in sorted(have):  # sorted: the same key named on every run
+    name = f"{prefix}{key}"
+    if key not in known:
+      return name
+    if isinstance(have[key], dict) != isinstance(known[key], dict):
+      kind = "a section" if isinstance(known[key], dict) else "a value"
+      raise InputError(f"config key {name!r} is {kind} in configs/base.py; it cannot be set to {have[key]!r}")
+    if isinstance(have[key], dict):
+      found = _first_unknown(have[key], known[key], f"{name}.")
+      if found:
+        return found
+  return None
+
+
+def check(cfg) -> None:
+  """Raises InputError naming the first key (dotted, in sorted order) of `cfg` that configs/base.py lacks."""
+  name = _first_unknown(_tree(cfg), _known())
+  if name is not None:
+    raise InputError(f"unknown config key {name!r}: configs/base.py does not define it")
+
+
+def set_dotted(cfg, name: str, value) -> None:
+  """cfg['a']['b']['c'] = value for name 'a.b.c' (a sweep point's or a grid recipe's override)."""
+  *parents, last = name.split(".")
+  node = cfg
+  for part in parents:
+    node = node[part]
+  node[last] = value
+
+
+def check_dotted(name: str, where: str = "") -> None:
+  """Refuses an override key such as 'model.hc.n' that is not a field of configs/base.py."""
+  node = _known()
+  for part in name.split("."):
+    if not isinstance(node, dict) or part not in node:
+      raise InputError(f"{where}unknown config key {name!r}: configs/base.py does not define it")
+    node = node[part]
+  if isinstance(node, dict):
+    raise InputError(f"{where}config key {name!r} is a section in configs/base.py, not a value")

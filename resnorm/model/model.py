@@ -1,0 +1,139 @@
+"""Decoder-only byte LM: embedding -> stream expansion -> nn.scan over blocks -> reduce -> final norm -> head.
+
+The residual variant (resnorm.model.residual) decides everything about the connection; this file never branches on it.
+Blocks run under `nn.scan` with params stacked on a leading `layers` axis (compile time flat in depth), or as an
+unrolled Python loop (`model.scan_layers=False`) computing the same function. Mix-LN-like variants give several
+scanned segments.
+"""
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from resnorm.model import residual
+from resnorm.model.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
+from resnorm.model.norms import make_norm
+
+REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.dots_saveable,
+    "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "save_nothing": jax.checkpoint_policies.nothing_saveable,
+}
+
+
+class Block(nn.Module):
+  """One Transformer block: the variant's sublayer piece wraps attention, then the MLP. `pos_T` holds the tokens'
+  absolute positions; with `cache_len` attention keeps a KV cache (decoding)."""
+  cfg: Any
+  sublayer: Any
+  scales: Any
+  collect: bool = False
+  cache_len: int = 0
+
+  @nn.compact
+  def __call__(self, state, layer, key, pos_T):
+    cfg = self.cfg
+    variant = residual.get(cfg.residual)
+    key = jax.random.fold_in(key, layer)
+    taps = []
+    classes = residual.sublayer_classes(self.sublayer)
+    # A variant whose params are per block (ReZero with one shared gate) wraps both sublayers with one instance.
+    shared = classes[0](cfg, name="block_res") if variant.block_shared(cfg) else None
+    attn = Attention(cfg, self.scales, self.cache_len, getattr(classes[0], "attn_qkv", None), name="attn")
+    mlp = MLP(cfg, self.scales, getattr(classes[1], "mlp_hidden", None), name="mlp")
+    for j, (kind, f) in enumerate((("attn", lambda h: attn(h, key, pos_T)), ("mlp", lambda h: mlp(h, key)))):
+      branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")))
+      res = shared or classes[j](cfg, name=f"{kind}_res")
+      state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
+      taps.append(t)
+    if variant.after_block is not None:
+      state = variant.after_block(cfg, name="after_block")(state, layer)
+    state = nn.with_logical_constraint(state, _state_axes(state))
+    if not self.collect:
+      return state, None
+    return state, jax.tree.map(lambda a, b: jnp.stack([a, b]), *taps)  # [2, ...] (attn, mlp)
+
+
+def _state_axes(state):
+  return ("batch", "seq", "act_embed") if state.ndim == 3 else ("batch", "seq", "streams", "act_embed")
+
+
+def _block_class(cfg, decode: bool):
+  if cfg.remat == "none" or decode:
+    return Block
+  return nn.remat(Block, policy=REMAT_POLICIES[cfg.remat], prevent_cse=not cfg.scan_layers)
+
+
+class LM(nn.Module):
+  """Causal LM over bytes. Returns (logits_BTV float32, taps); taps is None unless `collect`, else a dict of
+  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.model.residual.base).
+
+  Decoding (`cache_len` > 0): a `cache` collection holds the next position and every attention layer's keys and
+  values (stacked on the `layers` axis under nn.scan, like the params). Each call appends its T tokens at the cached
+  position, so a prefill of the prompt followed by one-token calls computes what the full forward computes."""
+  cfg: Any
+  collect: bool = False
+  cache_len: int = 0
+
+  @nn.compact
+  def __call__(self, tokens_BT):
+    cfg, dt = self.cfg, compute_dtype(self.cfg)
+    variant = residual.get(cfg.residual)
+    key = self.make_rng("params") if self.is_initializing() else jax.random.key(0)
+    emb_VD = base_param(self, "embed", embed_init(cfg), (cfg.vocab_size, cfg.d_model), ("vocab", "embed"), key)
+    x_BTD = jnp.take(emb_VD, tokens_BT, axis=0).astype(dt)
+    pos_T = jnp.arange(tokens_BT.shape[1], dtype=jnp.int32)
+    if self.cache_len:
+      index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+      pos_T = pos_T + index.value
+      index.value = index.value + tokens_BT.shape[1]
+    if cfg.pos == "learned":
+      pos = base_param(self, "pos_embed", nn.initializers.normal(0.02), (cfg.max_len, cfg.d_model),
+                       (None, "embed"), key)
+      x_BTD = x_BTD + jnp.take(pos, pos_T, axis=0)[None].astype(dt)
+    n = variant.streams(cfg)
+    if variant.start is not None:
+      state = variant.start(cfg, x_BTD)
+    else:
+      state = jnp.repeat(x_BTD[:, :, None, :], n, axis=2) if n else x_BTD
+    block, scales = _block_class(cfg, self.cache_len > 0), variant.init_scales(cfg)
+    all_taps, offset = [], 0
+    for name, length, sublayer in variant.layer_segments(cfg):
+      layers = jnp.arange(offset, offset + length, dtype=jnp.int32)
+      if cfg.scan_layers:
+        stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
+                        in_axes=(0, nn.broadcast, nn.broadcast), length=length,
+                        metadata_params={nn.PARTITION_NAME: "layers"})
+        state, taps = stack(cfg, sublayer, scales, self.collect, self.cache_len, name=name)(state, layers, key,
+                                                                                              pos_T)
+      else:
+        per_layer = []
+        for i in range(length):
+          state, t = block(cfg, sublayer, scales, self.collect, self.cache_len, name=f"{name}_{i}")(
+              state, layers[i], key, pos_T)
+          per_layer.append(t)
+        taps = jax.tree.map(lambda *a: jnp.stack(a), *per_layer) if self.collect else None
+      all_taps.append(taps)
+      offset += length
+    if variant.finish is not None:
+      y_BTD = variant.finish(cfg, state)
+    else:
+      y_BTD = jnp.sum(state, axis=2) if n else state
+    if variant.final_norm and cfg.final_norm:
+      y_BTD = make_norm(cfg, "final_norm")(y_BTD)
+    if cfg.tie_embed:
+      logits = jnp.einsum("btd,vd->btv", y_BTD, emb_VD.astype(dt))
+    else:
+      head = base_param(self, "head", matrix_init(cfg, cfg.d_model, cfg.vocab_size), (cfg.d_model, cfg.vocab_size),
+                        ("embed", "vocab"), key)
+      logits = jnp.einsum("btd,dv->btv", y_BTD, head.astype(dt))
+    if variant.logit_scale is not None:
+      logits = variant.logit_scale(cfg, name="logit_scale")(logits)
+    logits = nn.with_logical_constraint(logits, ("batch", "seq", "act_vocab")).astype(jnp.float32)
+    if not self.collect:
+      return logits, None
+    # [L, 2, ...] per segment -> [2L, ...] in depth order
+    taps = jax.tree.map(lambda *a: jnp.concatenate(a).reshape((-1,) + a[0].shape[2:]), *all_taps)
+    return logits, taps

@@ -1,0 +1,7 @@
+"""Residual / normalization-placement variants, one registry (see `base.py` for the interface).
+
+Importing this package registers every variant; `get(name)` returns one.
+"""
+from resnorm.model.residual import (admin, classic, denseformer, frac, hybrid_norm, hyper, mhc, mhc_lite,  # noqa: F401
+                              ngpt, resi_dual)  # (registration)
+from resnorm.model.residual.base import REGISTRY, Variant, get, sublayer_classes, unit_normalize  # noqa: F401

@@ -1,0 +1,89 @@
+"""DenseFormer (Pagliardini et al. 2024, arXiv 2402.02622; code epfml/DenseFormer): Pre-LN blocks, and after block
+i (1-based) a depth-weighted average (DWA) of the embedding X_0 and the block outputs X_1..X_i:
+
+    X_i = Block_i(Y_{i-1}),   Y_i = sum_{j<=i} alpha_{i,j} X_j,   Y_0 = X_0;   final norm on Y_L -> head
+
+alpha_{i,i} = 1 and every other weight 0 at init: the plain Pre-LN stack. The paper's sparse "k x p" form:
+dilation k = `model.denseformer.dilation` (the DWA after block i reads only the X_j with j = i mod k) and period
+p = `model.denseformer.period` (a DWA only after the blocks with i = 0 mod p; the others pass Y_i = X_i on), as
+the authors' `DWAModules`. The DWA weights are weight-decayed, as in the authors' code (nn.Linear weights).
+
+The DWA needs every earlier output, so the scan carry is a buffer, not one stream: state [B, T, L+2, D] with slot 0
+the current stream (the block input Y) and slot 1 + j the output X_j (j = 0..L; slots of later blocks hold zeros).
+The sublayers are Pre-LN on slot 0; `after_block` (module `after_block`, param `alpha` [L+1] per block, stacked
+[L, L+1]) writes X_i to its slot and puts the DWA into slot 0. The weights outside the mask (j > i, the dilation
+and period) are stored but multiplied by 0 and never used: the paper's count is sum over DWA blocks i of
+floor(i/k) + 1.
+
+Memory: the carry is (L+2) D values per token, and the backward keeps the carry of every block, L (L+2) D values
+per token (the dense DWA over a buffer in a scan carry; the authors' PyTorch code holds each X_j once, (L+1) D).
+Dilation and period reduce the weights, not this buffer.
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from resnorm.core.errors import check
+from resnorm.model.residual.base import Variant, register
+
+
+class DenseSublayer(nn.Module):
+  """Pre-LN on the current stream (slot 0): y <- y + F(N(y))."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, s, branch, norm, layer, sub):
+    x = s[:, :, 0]
+    y = branch(norm(x))
+    return s.at[:, :, 0].set(x + y), {"u": x, "f": y}
+
+
+def dwa_mask(cfg, i):
+  """[L+1] bool: the X_j the DWA after block i (1-based, traced) reads; all False when i is not a DWA block."""
+  dc = cfg.denseformer
+  j = jnp.arange(cfg.num_layers + 1)
+  return (j <= i) & ((i - j) % dc.dilation == 0) & (i % dc.period == 0)
+
+
+class DWA(nn.Module):
+  cfg: object
+
+  @nn.compact
+  def __call__(self, s, layer):
+    i = layer + 1
+    n = self.cfg.num_layers + 1
+    alpha = self.param("alpha", lambda _rng, shape: jax.nn.one_hot(i, n, dtype=jnp.float32), (n,))
+    x_i = s[:, :, 0]
+    s = jax.lax.dynamic_update_slice_in_dim(s, x_i[:, :, None], i + 1, axis=2)
+    w = jnp.where(dwa_mask(self.cfg, i), alpha, 0.0).astype(s.dtype)
+    y = jnp.where(i % self.cfg.denseformer.period == 0, jnp.einsum("btjd,j->btd", s[:, :, 1:], w), x_i)
+    return s.at[:, :, 0].set(y)
+
+
+def _start(cfg, x_BTD):
+  b, t, d = x_BTD.shape
+  empty = jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)
+  return jnp.concatenate([x_BTD[:, :, None], x_BTD[:, :, None], empty], axis=2)
+
+
+def _finish(cfg, s):
+  return s[:, :, 0]
+
+
+def dwa_weights_used(cfg) -> int:
+  """The paper's parameter count: floor(i/k) + 1 weights for each DWA block i (i = 0 mod p)."""
+  dc = cfg.denseformer
+  return sum(i // dc.dilation + 1 for i in range(1, cfg.num_layers + 1) if i % dc.period == 0)
+
+
+def _check(cfg):
+  dc = cfg.denseformer
+  check(dc.dilation >= 1, f"model.denseformer.dilation={dc.dilation} must be >= 1")
+  check(dc.period >= 1, f"model.denseformer.period={dc.period} must be >= 1")
+
+
+register(Variant(
+    "denseformer", DenseSublayer, start=_start, finish=_finish, after_block=DWA, decay=("alpha",), check=_check,
+    extra_params=lambda cfg: cfg.num_layers * (cfg.num_layers + 1),
+    # the dense masked DWA as computed: a weighted sum over the L+1 slots after every block
+    extra_flops=lambda cfg: 2 * cfg.num_layers * (cfg.num_layers + 1) * cfg.d_model))

@@ -1,1 +1,0 @@
-"""Tools around the core: sweeps, the sweep report, the results report, the bench, figures."""

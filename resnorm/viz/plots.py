@@ -1,0 +1,180 @@
+"""Figures (matplotlib, Agg): per-run diagnostics against depth, loss curves with spikes, heatmaps, sweeps."""
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from resnorm.io import storage  # noqa: E402
+
+DEPTH_KEYS = (("grad_norm", "gradient norm ||dL/dW||", True), ("act_rms", "input RMS", True),
+              ("update_ratio", "||F|| / ||input||", True))
+
+
+def legend(ax, **kw):
+  """ax.legend, unless nothing on the panel is labelled (runs with nothing to draw): matplotlib would warn."""
+  if ax.get_legend_handles_labels()[0]:
+    ax.legend(**kw)
+
+
+def _col(rows, key):
+  return np.array([np.nan if r.get(key) is None else r[key] for r in rows], dtype=float)
+
+
+def _save(fig, path):
+  """Writes a PNG through resnorm/io/storage.py (local or a bucket)."""
+  fig.tight_layout()
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=110)
+  plt.close(fig)
+  storage.write_bytes(path, buf.getvalue())
+  return path
+
+
+def loss_curves(metrics: list[dict], spike_steps, path, title="", unigram=None):
+  """Train and eval loss; spikes as red lines; the byte-unigram baseline (resnorm/data/unigram.py) dashed."""
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  tr = [(m["step"], m["loss"]) for m in metrics if "loss" in m]
+  ev = [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m]
+  if tr:
+    ax.plot(*zip(*tr), label="train", lw=1)
+  if ev:
+    ax.plot(*zip(*ev), "o-", label="eval", ms=3)
+  for s in spike_steps or []:
+    ax.axvline(s, color="red", alpha=0.3, lw=1)
+  if unigram is not None:
+    ax.axhline(unigram, color="gray", ls="--", lw=1, label=f"byte unigram {unigram:.3f}")
+  ax.set(xlabel="step", ylabel="loss (nats / byte)", title=title or "loss (red: spikes)")
+  ax.legend()
+  return _save(fig, path)
+
+
+def _draw_depth(ax, rows, key, label, log, title):
+  idx = np.arange(len(rows))
+  for kind, marker in (("attn", "o"), ("mlp", "s")):
+    sel = [i for i, r in enumerate(rows) if r["kind"] == kind]
+    ax.plot(idx[sel], _col(rows, key)[sel], marker, ms=3, label=kind)
+  ax.set(xlabel="sublayer (depth)", ylabel=label, title=title, yscale="log" if log else "linear")
+
+
+def _draw_cosine(ax, rows, title):
+  idx = np.arange(len(rows))
+  med, lo, hi = (_col(rows, k) for k in ("cos_next_median", "cos_next_p05", "cos_next_p95"))
+  ax.fill_between(idx, lo, hi, alpha=0.3, label="5-95%")
+  ax.plot(idx, med, label="median")
+  ax.set(xlabel="sublayer l", ylabel="cos(u_l, u_l+1)", title=title, ylim=(min(0.0, np.nanmin(lo)), 1.02))
+
+
+def _draw_gains(ax, rows, title):
+  idx = np.arange(len(rows))
+  ax.plot(idx, _col(rows, "gain_forward"), label="forward (max row sum)")
+  ax.plot(idx, _col(rows, "gain_backward"), label="backward (max col sum)")
+  ax.set(xlabel="sublayer", ylabel="composite Amax gain", yscale="log", title=title)
+
+
+def _draw_spread(ax, rows, title):
+  ax.plot(np.arange(len(rows)), _col(rows, "stream_spread"), ".-", ms=3, label="stream spread")
+  ax.set(xlabel="sublayer", ylabel="||h_k - mean h|| / ||mean h||", title=title)
+
+
+def _profiles(rows):
+  """(name, key of the line drawn for earlier steps, drawer) per per-sublayer field present in rows."""
+  out = [(key, key, lambda ax, r, t, key=key, label=label, log=log: _draw_depth(ax, r, key, label, log, t))
+         for key, label, log in DEPTH_KEYS]
+  out.append(("cosine", "cos_next_median", _draw_cosine))
+  if rows and rows[0].get("gain_forward") is not None:
+    out.append(("gains", "gain_forward", _draw_gains))
+  if rows and rows[0].get("stream_spread") is not None:
+    out.append(("stream_spread", "stream_spread", _draw_spread))
+  return out
+
+
+def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
+  """grad_norm, act_rms, update_ratio, cosine (median + 5-95% band) against sublayer index; angular-distance
+  heatmap; for multi-stream variants the composite gains, the stream spread and the mixing matrices."""
+  rows, title = result["sublayers"], f"{result['residual']} L={result['num_layers']} step {result['step']}"
+  paths = []
+  for name, _, draw in _profiles(rows):
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    draw(ax, rows, title)
+    ax.legend()
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}{name}.png")))
+  if "angular_distance" in result:
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    im = ax.imshow(np.array(result["angular_distance"]), cmap="viridis", vmin=0, vmax=0.5, origin="lower")
+    fig.colorbar(im, ax=ax, label="angular distance / pi")
+    ax.set(xlabel="sublayer m", ylabel="sublayer l", title="last-token angular distance")
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}angular_distance.png")))
+  if "mixing" in result:
+    mats = np.array(result["mixing"])
+    pick = np.unique(np.linspace(0, len(mats) - 1, min(8, len(mats))).astype(int))
+    fig, axes = plt.subplots(1, len(pick), figsize=(1.6 * len(pick), 2))
+    for ax, i in zip(np.atleast_1d(axes), pick):
+      ax.imshow(mats[i], cmap="RdBu_r", vmin=-1.5, vmax=1.5)
+      ax.set(title=f"l={i}", xticks=[], yticks=[])
+    fig.suptitle("mean H_res per sublayer")
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}mixing.png")))
+  return paths
+
+
+def profile_pngs(history: list[tuple[int, list[dict]]], title: str, earlier: int = 6) -> dict[str, bytes]:
+  """TensorBoard's depth profiles: {field: PNG}. The newest diagnostics step drawn as eval's figure, over thin
+  lines of up to `earlier` earlier steps (evenly spaced, the first included) coloured by step, so one picture
+  shows the profile against depth and how it moved during training."""
+  step, rows = history[-1]
+  old = history[:-1]
+  old = [old[i] for i in np.unique(np.linspace(0, len(old) - 1, min(earlier, len(old))).astype(int))] if old else []
+  cmap, out = plt.get_cmap("viridis"), {}
+  for name, key, draw in _profiles(rows):
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for i, (s, r) in enumerate(old):
+      ax.plot(_col(r, key), color=cmap(i / max(len(old), 1)), lw=0.8, alpha=0.7, label=f"step {s}")
+    draw(ax, rows, "")
+    fig.text(0.55, 0.98, f"{title} step {step}", ha="center", va="top")  # an axes title costs a 2nd tick layout
+    ax.legend(fontsize=6, ncol=2)
+    fig.subplots_adjust(left=0.14, right=0.98, bottom=0.15, top=0.9)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    out[name] = buf.getvalue()
+  return out
+
+
+def evolution(results: list[dict], outdir: str) -> list[str]:
+  """How per-depth curves change over training (one line per checkpoint step)."""
+  paths = []
+  for key in ("grad_norm", "act_rms", "cos_next_median"):
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    cmap = plt.get_cmap("viridis")
+    for i, res in enumerate(results):
+      ax.plot(_col(res["sublayers"], key), color=cmap(i / max(len(results) - 1, 1)), label=f"step {res['step']}")
+    ax.set(xlabel="sublayer", ylabel=key, yscale="log" if key != "cos_next_median" else "linear")
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, storage.join(outdir, f"evolution_{key}.png")))
+  return paths
+
+
+def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
+  """Across runs: loss curves and per-depth curves. runs: (name, eval result or None, metrics)."""
+  paths = []
+  fig, ax = plt.subplots(figsize=(7, 4))
+  for name, _, metrics in runs:
+    tr = [(m["step"], m["loss"]) for m in metrics if "loss" in m]
+    if tr:
+      ax.plot(*zip(*tr), lw=1, label=name)
+  ax.set(xlabel="step", ylabel="train loss", title="loss")
+  legend(ax, fontsize=6)
+  paths.append(_save(fig, storage.join(outdir, "sweep_loss.png")))
+  for key, label in (("cos_next_median", "median cos(u_l, u_l+1)"), ("grad_norm", "grad norm"),
+                     ("act_rms", "input RMS")):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, res, _ in runs:
+      if res:
+        rows = res["sublayers"]
+        ax.plot(np.arange(len(rows)) / max(len(rows) - 1, 1), _col(rows, key), lw=1, label=name)
+    ax.set(xlabel="relative depth", ylabel=label, yscale="linear" if key.startswith("cos") else "log")
+    legend(ax, fontsize=6)
+    paths.append(_save(fig, storage.join(outdir, f"sweep_{key}.png")))
+  return paths

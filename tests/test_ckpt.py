@@ -1,0 +1,27 @@
+"""Checkpoints outlive code moves: a checkpoint written by the code before resnorm/ was grouped by role (7e66a2b,
+tests/data/legacy_hc_7e66a2b: configs/tiny.py:hc, 4 steps, on conftest's TEXT) is evaluated now with its own config
+and gives the eval loss and per-sublayer diagnostics that the old code's eval.py wrote."""
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import TEXT
+from resnorm.evaluation import evaluate
+
+LEGACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "legacy_hc_7e66a2b")
+
+
+def test_checkpoint_from_before_the_move_evaluates_the_same(tmp_path, monkeypatch):
+  want = json.load(open(os.path.join(LEGACY, "expected.json")))
+  shutil.copytree(LEGACY, tmp_path / "run", ignore=shutil.ignore_patterns("expected.json"))
+  (tmp_path / "part0.txt").write_text(TEXT)  # the run's data.paths is relative: part0.txt
+  monkeypatch.chdir(tmp_path)
+  assert evaluate.eval_workdir("run", None) == 0
+  got = json.load(open(tmp_path / "run" / "eval" / "step_4.json"))
+  assert got["residual"] == "hc" and got["eval_tokens"] == want["eval_tokens"]
+  # the same params and the same eval rows; XLA options differ between eval.py and the suite (conftest), hence rtol
+  assert got["eval_loss"] == pytest.approx(want["eval_loss"], rel=1e-5)
+  assert [s["act_rms"] for s in got["sublayers"]] == pytest.approx(want["act_rms"], rel=1e-4)
+  assert [s["grad_norm"] for s in got["sublayers"]] == pytest.approx(want["grad_norm"], rel=1e-3)
