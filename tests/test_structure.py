@@ -132,8 +132,12 @@ def test_planted_upward_import_fails(tmp_path):
     f.write("\n\ndef _planted():\n  from resnorm.train import trainer  # noqa\n")
   with open(tmp_path / "resnorm" / "data" / "files.py", "a") as f:
     f.write("\nfrom resnorm.model import layers  # noqa\n")
+  with open(tmp_path / "resnorm" / "io" / "lock.py", "a") as f:
+    f.write("\nimport resnorm.cli  # noqa\nimport resnorm  # noqa\n")
   found = layer_violations(graph(str(tmp_path)))
   assert found == ["resnorm.data.files -> resnorm.model.layers (data may not import model)",
+                   "resnorm.io.lock -> resnorm (only the top imports the command layer)",
+                   "resnorm.io.lock -> resnorm.cli (only the top imports the command layer)",
                    "resnorm.model.norms -> resnorm.train.trainer (model may not import train)"], found
 
 

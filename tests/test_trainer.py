@@ -128,8 +128,12 @@ def test_runtime_fields_and_other_variants_settings_still_resume(hc_runs, tmp_pa
   shutil.copytree(a, wd)
   other = text_config(cfg.data.paths, "hc", **{"model.remat": "full", "model.kernels": "reference",
                                                "model.mhc.n": 2, "model.mix_ln.post_fraction": 0.5})
+  before = json.load(open(os.path.join(wd, "summary.json")))
   code, out, _ = _train_captured(other, wd)
   assert code == 0 and "resumed from checkpoint step 6" in out and "compiled" not in out
+  after = json.load(open(os.path.join(wd, "summary.json")))  # the restored eval, not a blank one
+  assert after["status"] == "completed" and after["final_eval_loss"] == before["final_eval_loss"] is not None
+  assert after["bits_per_byte"] == before["bits_per_byte"] and after["eval_tokens"] == before["eval_tokens"]
 
 
 def test_resume_restores_the_host_state(hc_runs):
