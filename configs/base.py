@@ -111,6 +111,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   d.eval_batches = 8                # head: validation batches per eval
   d.eval_batch_size = 256           # rows per eval batch (0: train.batch_size); larger than training's: evals are
                                     # forward only
+  d.eval_subset_every = 8           # stratified: evals before a run's last score every k-th eval row only (a fixed
+                                    # subset spread over every document: 32 KB of the 256); the last eval scores all
+                                    # rows and reports the subset's loss too (eval_loss_subset) (1: all rows always)
   d.piece_bytes = 4096              # training documents are cut into pieces of at most this many bytes before the
                                     # shuffle, so a seed's steps span many works or files (0: whole documents)
   d.worker_count = 0                # grain worker processes (0: in-process)
@@ -132,6 +135,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   t.grad_clip = 1.0                 # global-norm clipping (0 = off)
   t.log_every = 10                  # steps between metrics.jsonl lines
   t.eval_every = 50                 # steps between validation evals (and one at the end)
+  t.eval_start = 0                  # no eval before this step (but the last step's)
   t.diag_every = 50                 # steps between diagnostics.jsonl lines (0 = off)
   t.diag_batch = 0                  # sequences of the batch the diagnostics use (0: one micro-batch); their taps
                                     # keep every sublayer's input and output, memory ~ diag_batch x depth

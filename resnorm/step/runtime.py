@@ -53,6 +53,8 @@ class Setup:
     (all of them on one process)."""
     out = {}
     for k, v in global_batch.items():
+      if k.startswith("_"):  # host-side metadata (data._batched's _row, _doc)
+        continue
       v = np.asarray(v)
       out[k] = jax.make_array_from_process_local_data(self.batch_sh, v, v.shape)
     return out
@@ -71,19 +73,29 @@ class Setup:
     with self.mesh_context():
       return step.jit_eval_step(self.mcfg, self.params_sh, self.batch_sh, self.repl, self.cfg.train.grad_accum)
 
-  def evaluate(self, params, batches, step_fn=None) -> dict:
+  def evaluate(self, params, batches, step_fn=None, subset_every: int = 1, blocks: bool = False) -> dict:
     """eval_loss (nats per predicted byte), bits_per_byte, eval_tokens (the targets scored) and eval_loss_se (its
-    bootstrap standard error over the eval rows, resnorm.core.stats) over fixed batches; step_fn: eval_step compiled
-    ahead for these batches (the trainer's), else eval_step."""
+    block-bootstrap standard error over the eval rows, resnorm.core.stats) over fixed batches; step_fn: eval_step
+    compiled ahead for these batches (the trainer's), else eval_step. subset_every > 1: also eval_loss_subset, the
+    loss of every subset_every-th row (data.subset_batches' rows) from the same per-row sums. blocks: also
+    eval_block_sums, [target loss, targets] per bootstrap block."""
     step_fn = step_fn or self.eval_step
     with self.mesh_context():
       outs = [step_fn(params, self.device_batch(b)) for b in batches]
     outs = jax.device_get(outs)
     sums = np.concatenate([np.asarray(t, np.float64).reshape(-1) for t, _ in outs])
     counts = np.concatenate([np.asarray(c, np.float64).reshape(-1) for _, c in outs])
+    docs = np.concatenate([b["_doc"] for b in batches]) if "_doc" in batches[0] else None
     loss = float(sums.sum() / max(counts.sum(), 1.0))
-    return {"eval_loss": loss, "bits_per_byte": loss / math.log(2), "eval_tokens": int(counts.sum()),
-            "eval_loss_se": stats.bootstrap_se(sums, counts)}
+    out = {"eval_loss": loss, "bits_per_byte": loss / math.log(2), "eval_tokens": int(counts.sum()),
+           "eval_loss_se": stats.bootstrap_se(sums, counts, docs)}
+    if blocks:  # the block bootstrap's units (a run record keeps them: resnorm/results/records.py)
+      out["eval_block_sums"] = [[round(float(a), 4), int(c)] for a, c in zip(*stats.block_sums(sums, counts, docs))]
+    if subset_every > 1 and "_row" in batches[0]:
+      rows = np.concatenate([b["_row"] for b in batches])
+      keep = (rows >= 0) & (rows % subset_every == 0)
+      out["eval_loss_subset"] = float(sums[keep].sum() / max(counts[keep].sum(), 1.0))
+    return out
 
   def evaluate_table(self, nll_V, batches) -> float:
     """Mean of nll_V[target] over the masked targets of `batches`: a context-free model (the unigram baseline)

@@ -5,7 +5,7 @@ import time
 
 import jax
 
-from resnorm.data import unigram
+from resnorm.data import data, unigram
 from resnorm.model import diagnostics
 from resnorm.step import step as step_lib
 from resnorm.train.run_files import RunFiles
@@ -22,7 +22,7 @@ class Cadence:
     return step % self.t.log_every == 0 or step == self.t.steps
 
   def eval(self, step: int) -> bool:
-    return step % self.t.eval_every == 0 or step == self.t.steps
+    return (step % self.t.eval_every == 0 and step >= self.t.get("eval_start", 0)) or step == self.t.steps
 
   def diag(self, step: int) -> bool:
     return bool(self.t.diag_every) and (step % self.t.diag_every == 0 or step == self.t.steps)
@@ -40,6 +40,9 @@ class Monitor:
 
   def __init__(self, s, cfg, eval_data, files: RunFiles, workdir: str):
     self.s, self.cfg, self.eval_data, self.files, self.workdir = s, cfg, eval_data, files, workdir
+    # the subset needs the stratified set's row indices (a head eval set scores all its rows every time)
+    self.every = cfg.data.get("eval_subset_every", 1) if "_row" in eval_data[0] else 1
+    self.subset_data = data.subset_batches(eval_data, self.every)  # what the evals before the last score
     self.last_eval: dict = {}
     self.eval_s = self.diag_s = self.eval_compile_s = self.diag_compile_s = 0.0
     self._eval_fn = self._diag_fn = None
@@ -73,9 +76,16 @@ class Monitor:
       self.diag_compile_s = time.perf_counter() - t0
 
   def eval(self, params, step: int) -> dict:
-    """One eval of the eval set -> metrics.jsonl (with the unigram baseline on the run's first eval line)."""
+    """One eval -> metrics.jsonl (with the unigram baseline on the run's first eval line): before the last step of
+    the subset (data.eval_subset_every; eval_loss_subset = eval_loss), at it of every row (eval_loss_subset from the
+    same per-row sums)."""
     t0 = time.perf_counter()
-    self.last_eval = self.s.evaluate(params, self.eval_data, self._eval_fn)
+    if step < self.cfg.train.steps and self.every > 1:
+      ev = self.s.evaluate(params, self.subset_data, self._eval_fn)
+      self.last_eval = {**ev, "eval_loss_subset": ev["eval_loss"], "eval_subset_every": self.every}
+    else:
+      self.last_eval = self.s.evaluate(params, self.eval_data, self._eval_fn, self.every,
+                                       blocks=step >= self.cfg.train.steps)
     self.eval_s += time.perf_counter() - t0
     extra = {} if self.unigram_logged else {"unigram_eval_loss": self.unigram}
     self.files.log({"step": step, **self.last_eval, **extra})

@@ -65,6 +65,7 @@ class Trainer:
         "status": status, "step": step, "final_train_loss": self.last["loss"],
         "final_eval_loss": final_eval, "bits_per_byte": ev.get("bits_per_byte"),
         "eval_tokens": ev.get("eval_tokens"), "eval_loss_se": ev.get("eval_loss_se"),
+        "eval_loss_subset": ev.get("eval_loss_subset"), "eval_block_sums": ev.get("eval_block_sums"),
         "unigram_eval_loss": base, "learned_beyond_unigram": unigram.learned_beyond(final_eval, base),
         "residual": m.residual, "num_layers": m.num_layers, "params": self.params,
         "flops_per_token": self.flops_per_token, "spikes": len(self.spikes.events),
