@@ -86,7 +86,7 @@ def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   text = open(path).read()
   assert f"**Unfinished: {len(grid.points(d))} of {len(grid.points(d))} runs**" in text
   # a run that has not finished is unfinished, not a statistic that had not settled
-  assert "Parts whose own statistic had not settled by the end of their runs: none." in text
+  assert "Parts whose own statistic was not shown settled by the end of their runs: none." in text
   for c in d["corpora"]:
     drawn = sorted(os.listdir(tmp_path / "out" / "figures" / c))
     assert len(drawn) == len(set(drawn)) >= len(results.figs.FIGURES), drawn

@@ -1,45 +1,42 @@
 """The grid behind docs/results.md (`make results`): python -m resnorm.sweep configs/sweeps/results.py --root=DIR
 
-FULL is the design; resnorm/results/grid.py turns it into named runs on both corpora (pystdlib, shakespeare) and
-shrinks it for --quick and the test, chosen by $RESNORM_RESULTS_SIZE. Every point has 3 seeds (the recipes of C6a-b,
-C8 and C9 have 6); a seed gives every variant the same base weights.
+FULL is report v4's design; resnorm/results/grid.py turns it into named runs on both corpora (pystdlib, shakespeare)
+and shrinks it for --quick and the test, chosen by $RESNORM_RESULTS_SIZE. Seeds are per block of runs, fixed before
+the grid by the power table (resnorm/results/design.py); a seed gives every variant the same base weights. Points
+that already have a run record ($RESNORM_RESULTS_RECORDS, results/v4/) are left out.
 
-Where the time goes (report v2, measured 2026-11-30 on the 2-core machine, user + sys; the machine was shared):
-  pre_norm  4 layers, 200 steps, diagnostics:  15.4 s cold,  6.1 cached; 12 layers: 14.5 cold, 10.5 cached
-  hc       12 layers, 200 steps, diagnostics:  33.4 cold, 17.5 cached;  mhc: 19.9 cached;  bfloat16: 1.5x
-  -> per step about 0.0029 s x layers (pre/post; 2.1x that for hc/mhc), plus 6-7 s cold or 3.5 s cached per run.
-  The whole v2 grid, 312 runs on pystdlib alone, took 73 run-minutes: 41.5 minutes of wall time at --jobs=2.
-Budget of v3 (budget() below; the test checks it): v2's 73 run-minutes scaled by the sum of steps x layers over
-the runs, the issue's rule. Per corpus, steps x layers (thousands):
-  stability map  4 variants x {4, 12} layers x 5 lr x 2 warmup x 200 steps, 3 seeds          384
-  C4 depths      pre/post at {2, 4, 8, 16} layers, 600 steps (C2b and C5 read the 4-layer pair)  108
-  C7 longer      pre/post, 8 layers, 2000 steps and its 200-step twin                          106
-  C8, C9         Pre-Norm 12 layers x 2 lr: no final norm; bf16 with float32 / bf16 stats      43
-  more seeds     seeds 3-5 of C6a-b's, C8's and C9's recipes (12 layers, 200 steps)            72
-  C3 regime      pre/post x warmup {0, 30%}, 4 layers, 600 steps                               29
-  -> 1483 thousand over both corpora, 672 runs: 175 run-minutes, 99 minutes at --jobs=2 (v2's 41.5/73 wall per
-     run-minute). The rule leaves out the per-run start (about 3.5 s cached): 360 more runs than v2 add about 21
-     run-minutes, 12 minutes of wall time: about 111 minutes in all, inside the 120. Rerunning reuses finished runs
-     (v2's pystdlib runs of the map, C3, C7's 200-step twin and C8-C9's first 3 seeds keep their names).
-Measured the next evening (2026-12-01) on the same machine, idle: a 12-layer Pre-Norm run's 200 steps take 23.6 s
-two at a time (118 ms a step, 3.4x this yardstick's 35 ms; v2's own code: 26.6 s, so the machine slowed, not the
-code), and the grid's first 66 runs project it at about 300 minutes at --jobs=2 (docs/sweeps.md). The estimate
-above holds at v2's speed only: the first full run took about 4.3 hours of wall time (2026-12-01/02, docs/sweeps.md).
-Horizons the budget could not reach: C4 stops at 16 layers (v2's 24 and 48 would need 600 steps x 72 layers x 12
-runs, 520 thousand more: another 35 minutes); C7 stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether
-a part's runs reached its regime is read from the runs (claims.py), and the report says so part by part.
+The cost of v4's design, measured 2026-12-04 on the 2-core development CPU (Intel Xeon), one run of each kind, two
+at a time as --jobs=2 runs them (wall seconds, start-up and compilation included; evals at 50% and 75% on the 32 KB
+subset and at 100% on the 256 KB set):
+  map (200 steps)   pre_norm 4 layers 19, 12 layers 30; post_norm 4 layers 15; hc 12 layers 46; mhc 12 layers 57
+  depth (600)       post_norm 2 layers 16; pre_norm 16 layers 59        C3's regime (600): post_norm 4 layers ~16
+  ablation (200)    bfloat16 12 layers 33                               long (2000): pre_norm 8 layers 64
+  -> 436 runs, each costed at its kind's figure (the 8-layer depth runs at the 16-layer one, C7's 200-step twins at
+     the 2000-step one: an upper bound): 245 run-minutes, about 122 minutes of wall time at --jobs=2, plus the 160
+     init evaluations (C1, C2a) in the report's own process. Report v3's 672 runs took 4.3 hours.
+Horizons the budget leaves out: C4 stops at 16 layers (v2's 24 and 48 at 600 steps would add about 35 minutes); C7
+stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether a part's runs reached its regime is tested from
+the runs (resnorm/results/verdicts.py, TOST), and the report says so part by part. budget() below is v2's
+steps x layers yardstick, kept for its test; on today's machine it underestimates by about 2x.
 """
-from resnorm.results import grid
+from resnorm.results import design, grid
 
 FULL = {
     "steps": 200,                      # every map run (Xiong-style 10% warmup = 20 steps)
-    "seeds": (0, 1, 2),
-    "more_seeds": (3, 4),              # for the recipes of parts within 3 SE of zero after seeds 0-2 (grid.seeded)
+    # seeds per block of runs, fixed before the grid by the power table (resnorm/results/design.py); a recipe read by
+    # several blocks runs the largest count; no data-dependent second stage
+    "block_seeds": design.BLOCK_SEEDS,
     "variants": ("pre_norm", "post_norm", "hc", "mhc"),
-    # Post-Norm at d 64 learns at 4 layers and stalls at the byte-unigram plateau from 6 layers up at lr >= 1e-3
-    # (at 3e-4 it learns slowly at 8 and 12 layers): 4 and 12 sit either side of that edge.
+    # Post-Norm at d 64 learns at 4 layers and stalls at the byte-unigram plateau from 6 layers up at lr >= 1e-3:
+    # 4 and 12 sit either side of that edge. Which cells each variant runs is what its parts read: Post-Norm at 4
+    # layers (C3; in v3 all 30 of its 12-layer map runs stalled, and no part reads them), Pre-Norm at both depths,
+    # HC and mHC at 12 layers (C6, C10: where depth makes stability a question; at 4 layers every variant but
+    # Post-Norm trained in every v3 cell)
     "map_depths": (4, 12),
-    "lrs": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2),   # 2 decades
+    "map_variant_depths": {"post_norm": (4,), "hc": (12,), "mhc": (12,)},
+    # lr 3e-4 left out: in v3 most of its runs stalled, every variant alike, under-trained in 200 steps (it says
+    # nothing about stability); 1e-3 to 3e-2 is 1.5 decades
+    "lrs": (1e-3, 3e-3, 1e-2, 3e-2),
     "warmup_fracs": (0.0, 0.1),
     "ref_lr": 3e-3, "ref_warmup_frac": 0.1,  # the reference recipe (C2, C4, C5, C6, C8-C10)
     # C4 (and C2b, C5) are about training outcomes: 3x the map's steps, where v2's 200 left the deep models
@@ -58,8 +55,9 @@ FULL = {
     # falls to the plateau, and a warmup of 180 steps (30% of 600) rescues it; 20 or 60 steps do not.
     "c3": {"layers": 4, "lr": 1e-2, "steps": 600, "warmup_frac": 0.3},
     "bf16_tags": ("bf16", "bf16stats"),      # C9: bfloat16 with norm statistics in float32 / in bfloat16
-    "evals": 4,                               # evals per run (and diagnostics, where read): at 25, 50, 75 and 100% of
-                                              # the steps; a part's statistic must settle over the last three
+    # evals at 50% and 75% of each run score every 8th row of the 256 KB eval set (32 KB spread over every
+    # document), the last all of it and that subset again from the same sums (grid.overrides)
+    "eval_subset_every": 8,
     "common": {},                             # config overrides for every run (quick/test shrink the model here)
     # printed in the report: what the budget left out (the docstring's arithmetic)
     "beyond_budget": "C4 at 24 and 48 layers (v2 ran them at 200 steps; at 600 steps they would add about 35 "
@@ -67,7 +65,8 @@ FULL = {
 }
 
 # Report v2's grid (pystdlib only) and its measured cost: the yardstick of budget()
-V2 = {**FULL, "more_seeds": (), "depths": (2, 4, 6, 8, 12, 24, 48), "horizon": 200, "pair_layers": 12,
+V2 = {**FULL, "block_seeds": {b: 3 for b in design.BLOCK_SEEDS}, "lrs": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+      "map_variant_depths": {}, "depths": (2, 4, 6, 8, 12, 24, 48), "horizon": 200, "pair_layers": 12,
       "long": {"layers": 8, "lr": 3e-4, "steps": 1000}}
 V2_RUNS, V2_RUN_MINUTES, V2_WALL_MINUTES, WALL_LIMIT_MINUTES = 312, 73, 41.5, 120
 
@@ -96,8 +95,8 @@ def budget(d) -> dict:
 # tags at both scales.
 TPU = {
     "steps": 2000,
-    "seeds": (0, 1, 2), "more_seeds": (),
-    "map_depths": (12,),
+    "block_seeds": {b: 3 for b in design.BLOCK_SEEDS},
+    "map_depths": (12,), "map_variant_depths": {},
     "lrs": (1e-4, 3e-4, 1e-3),
     "warmup_fracs": (0.0, 0.1),
     "ref_lr": 3e-4, "ref_warmup_frac": 0.1,
@@ -105,7 +104,7 @@ TPU = {
     "init_depths": (12, 24, 48, 96),
     "long": {"layers": 12, "lr": 3e-4, "steps": 8000},
     "c3": {"layers": 12, "lr": 1e-3, "steps": 2000, "warmup_frac": 0.3},
-    "evals": 5,
+    "eval_subset_every": 1,
     "common": {},
     "beyond_budget": "a second map depth (48 layers: about 112 more v4-8 hours at 40% MFU), C4 at 96 layers (17 "
                      "more) and C7 beyond 8000 steps",

@@ -17,7 +17,7 @@ SCALE_ENV = "RESNORM_RESULTS_SCALE"   # cpu | tpu: the configs' scale, and the d
 TPU_DATA_ENV = "RESNORM_RESULTS_TPU_DATA"  # --scale=tpu: the corpus shards (data.name=files; C4, FineWeb, ...)
 DATA_ENV = "RESNORM_RESULTS_DATA"     # text files (a glob) instead of the default corpus: the test's
 SHAKESPEARE_ENV = "RESNORM_RESULTS_SHAKESPEARE_DIR"  # a data_dir holding the prepared shakespeare corpus: the test's
-MORE_ENV = "RESNORM_RESULTS_MORE"     # more_seeds.json: the recipes that run d["more_seeds"] too (resnorm.results)
+RECORDS_ENV = "RESNORM_RESULTS_RECORDS"  # the run records' directory: points with a record are not run again
 SIZES = ("full", "quick", "test")
 SCALES = ("cpu", "tpu")
 CORPORA = ("pystdlib", "shakespeare")
@@ -34,7 +34,8 @@ _TINY = {"model.d_model": 32, "model.num_heads": 2, "model.mlp_dim": 64, "data.s
 # runs. With depths (2, 4, 6) and init depths up to 16 it was 136 runs: measured 15.3 minutes (2026-12-01, evening)
 # and 15.5 (2026-12-02, compilation cache warm) at --jobs=2 on 2 idle cores, over the 15-minute target; C4's depth
 # sweep and C1-C2's init depths lost their largest depth for that.
-QUICK = {"steps": 60, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (3e-3, 3e-2), "ref_lr": 3e-3,
+TWO = {"init": 2, "map": 2, "c3": 2, "depth": 2, "long": 2, "ablation": 2}  # --quick's and the test's seeds per block
+QUICK = {"steps": 60, "block_seeds": TWO, "map_depths": (2,), "map_variant_depths": {}, "lrs": (3e-3, 3e-2), "ref_lr": 3e-3,
          "depths": (2, 4), "horizon": 120, "pair_layers": 2, "init_depths": (2, 4, 8),
          "long": {"layers": 2, "lr": 3e-3, "steps": 150},
          "c3": {"layers": 2, "lr": 3e-2, "steps": 120, "warmup_frac": 0.3},
@@ -42,10 +43,10 @@ QUICK = {"steps": 60, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lr
 # The test: every claim but C9 computed from real (3-step, 1-2 layer) runs, as few of them as that takes: 18 runs
 # per corpus, 36 in all. The map is one column; its warmup-0 cells for Pre- and Post-Norm come from the C3 regime. C9's
 # bfloat16 runs (1.5x the cost on this CPU) are left out; its computation is tested on hand-made runs.
-TEST = {"steps": 4, "seeds": (0, 1), "more_seeds": (), "map_depths": (2,), "lrs": (1e-2,), "warmup_fracs": (0.5,),
+TEST = {"steps": 4, "block_seeds": TWO, "map_depths": (2,), "map_variant_depths": {}, "lrs": (1e-2,), "warmup_fracs": (0.5,),
         "ref_lr": 1e-2, "ref_warmup_frac": 0.5, "depths": (1, 2), "horizon": 4, "pair_layers": 2, "init_depths": (1, 2),
         "long": {"layers": 2, "lr": 1e-2, "steps": 4}, "c3": {"layers": 2, "lr": 1e-2, "steps": 4, "warmup_frac": 0.5},
-        "bf16_tags": (), "evals": 4, "common": _TINY}
+        "bf16_tags": (), "common": _TINY}
 
 
 # The test of --scale=tpu (through a real SLURM): the :tpu configs shrunk to a tiny float32 model, and the fewest
@@ -84,6 +85,7 @@ def design(full: dict, size: str | None = None, scale: str | None = None, tpu: d
     base, shrink = full, {"full": {}, "quick": QUICK, "test": TEST}[size]
   d = {**base, **shrink, "size": size, "scale": scale,
        "config": "configs/base.py" + (":tpu" if scale == "tpu" else "")}
+  d["seeds"] = tuple(range(max(d["block_seeds"].values())))  # every seed some block runs
   d["long"] = {**base["long"], **d["long"]}
   if d["c3"] and size != "full":
     d["c3"] = {**(base["c3"] or {}), **d["c3"]}
@@ -92,9 +94,7 @@ def design(full: dict, size: str | None = None, scale: str | None = None, tpu: d
     check(paths, f"--scale=tpu needs --data_paths (${TPU_DATA_ENV}): the corpus shards, e.g. "
           "'gs://BUCKET/c4/en/c4-train.*.json.gz'")
     d["corpora"] = {TPU_CORPUS: {"data.name": "files", "data.paths": paths}}
-    d["more_recipes"] = more_recipes(os.environ.get(MORE_ENV, ""))
     return d
-  d["more_recipes"] = more_recipes(os.environ.get(MORE_ENV, ""))
   d["corpora"] = {c: {"data.name": c} for c in CORPORA}
   if os.environ.get(DATA_ENV):
     d["corpora"]["pystdlib"] = {"data.name": "text_files", "data.paths": os.environ[DATA_ENV]}
@@ -127,20 +127,40 @@ def c3_recipes(d) -> list[Recipe]:
   return [Recipe(v, c["layers"], c["lr"], f, c["steps"], tag) for v in MAIN for f in (0.0, c["warmup_frac"])]
 
 
-def recipes(d) -> list[Recipe]:
-  """Every recipe the claims read, in order, without duplicates."""
-  out = [Recipe(v, L, lr, f, d["steps"]) for L in d["map_depths"] for v in d["variants"] for lr in d["lrs"]
-         for f in d["warmup_fracs"]]                                        # stability map (C3, C6, C10)
-  out += [ref_long(d, v, L) for L in d["depths"] for v in MAIN]                           # C4
-  out += [ref_long(d, v, d["pair_layers"]) for v in MAIN]                                 # C2b, C5
+def blocks(d) -> dict:
+  """Every recipe the claims read -> the blocks of runs it belongs to (design.BLOCK_SEEDS), in order. The map
+  (C3a-b/d, C6, C10; C8-C9's base arm) runs every variant at every map depth but those d["map_variant_depths"]
+  restricts (Post-Norm only where it trains at all)."""
+  out: dict = {}
+  add = lambda r, b: out.setdefault(r, set()).add(b)
+  only = d.get("map_variant_depths", {})
+  for L in d["map_depths"]:
+    for v in d["variants"]:
+      if L in only.get(v, (L,)):
+        for lr in d["lrs"]:
+          for f in d["warmup_fracs"]:
+            add(Recipe(v, L, lr, f, d["steps"]), "map")
+  for L in d["depths"]:
+    for v in MAIN:
+      add(ref_long(d, v, L), "depth")                                       # C4; its pair_layers pair: C2b, C5
+  for v in MAIN:
+    add(ref_long(d, v, d["pair_layers"]), "depth")
   lg = d["long"]
-  out += [Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], s) for v in MAIN
-          for s in (d["steps"], lg["steps"])]                                             # C7
+  for v in MAIN:
+    for s in (d["steps"], lg["steps"]):
+      add(Recipe(v, lg["layers"], lg["lr"], d["ref_warmup_frac"], s), "long")  # C7
   deep = max(d["map_depths"])
   for lr in ablation_lrs(d):
-    out += [ref(d, "pre_norm", deep, lr, tag) for tag in ("", "nofinal", *d["bf16_tags"])]  # C8, C9
-  out += c3_recipes(d)
-  return list(dict.fromkeys(out))
+    for tag in ("", "nofinal", *d["bf16_tags"]):
+      add(ref(d, "pre_norm", deep, lr, tag), "ablation")                    # C8, C9
+  for r in c3_recipes(d):
+    add(r, "c3")
+  return out
+
+
+def recipes(d) -> list[Recipe]:
+  """Every recipe the claims read, in order, without duplicates."""
+  return list(blocks(d))
 
 
 def ablation_lrs(d) -> tuple:
@@ -148,28 +168,13 @@ def ablation_lrs(d) -> tuple:
   return tuple(dict.fromkeys((d["ref_lr"], max(d["lrs"]))))
 
 
-def more_recipes(path: str) -> list[Recipe]:
-  """The recipes of more_seeds.json (resnorm.results writes it after the first seeds: those read by a part whose
-  effect lies within verdicts.MORE_SEEDS_SE standard errors of zero); none without the file."""
-  if not path:
-    return []
-  from resnorm.io import storage, workdir
-  if not storage.exists(path):
-    return []
-  return [Recipe(*r) for r in workdir.read_json(path, "the recipes that get more seeds")["recipes"]]
-
-
-def seeded(d) -> list[Recipe]:
-  """The recipes that run d["more_seeds"] too (more_recipes)."""
-  return list(d.get("more_recipes", ()))
+def block_seeds(d, block: str) -> tuple:
+  return tuple(range(d["block_seeds"][block]))
 
 
 def seeds_of(d, r: Recipe) -> tuple:
-  return tuple(d["seeds"]) + (tuple(d.get("more_seeds", ())) if r in seeded(d) else ())
-
-
-def all_seeds(d) -> tuple:
-  return tuple(d["seeds"]) + tuple(d.get("more_seeds", ()))
+  """A recipe's seeds: 0..n-1, n the largest of its blocks' (design.BLOCK_SEEDS)."""
+  return tuple(range(max(d["block_seeds"][b] for b in blocks(d)[r])))
 
 
 def diagnosed(d, r: Recipe) -> bool:
@@ -187,9 +192,12 @@ def run_name(r: Recipe, seed: int, corpus: str = "pystdlib") -> str:
 def overrides(d, r: Recipe, seed: int, corpus: str = "pystdlib") -> dict:
   o = {"seed": seed, "model.residual": r.variant, "model.num_layers": r.layers, "train.lr": r.lr,
        "train.warmup_steps": warmup_steps(r.steps, r.warmup_frac), "train.steps": r.steps,
-       "train.eval_every": max(1, r.steps // d["evals"]), "train.ckpt_every": r.steps,
-       # diagnostics where a claim reads them, at every eval: the statistics built on them are read at 50%, 75%, 100%
-       "train.diag_every": max(1, r.steps // d["evals"]) if diagnosed(d, r) else 0, **d["common"],
+       # evals at 50%, 75% (the eval set's fixed subset: 1/eval_subset_every of its rows) and 100% (all rows, and
+       # the subset's loss from the same sums): the regime compares 75% with 100% like with like
+       "train.eval_every": max(1, r.steps // 4), "train.eval_start": r.steps // 2,
+       "data.eval_subset_every": d.get("eval_subset_every", 1), "train.ckpt_every": r.steps,
+       # diagnostics where a claim reads them, every quarter: the statistics built on them are read at 75% and 100%
+       "train.diag_every": max(1, r.steps // 4) if diagnosed(d, r) else 0, **d["common"],
        **d["corpora"][corpus],
        **TAGS[r.tag]}
   if r.tag == "c3":
@@ -214,9 +222,21 @@ def config(d, corpus: str, over: dict):
 def points(d) -> list[tuple[str, Recipe, int]]:
   """(corpus, recipe, seed) of every run, seed-major within a corpus: a recipe's later seeds run after its first
   compiled (compilation cache)."""
-  return [(c, r, s) for c in d["corpora"] for s in all_seeds(d) for r in recipes(d) if s in seeds_of(d, r)]
+  seeds = {r: seeds_of(d, r) for r in recipes(d)}
+  return [(c, r, s) for c in d["corpora"] for s in d["seeds"] for r in seeds if s in seeds[r]]
+
+
+def record_path(records_dir: str, corpus: str, name: str) -> str:
+  """Where a run's record lives (resnorm/results/records.py): records_dir/<corpus>/<run name>.json."""
+  return os.path.join(records_dir, corpus, f"{name}.json")
 
 
 def add_points(add, d) -> None:
+  """The sweep's points: every run of the design but those whose record exists under $RESNORM_RESULTS_RECORDS (a
+  clone with the records has nothing to rerun)."""
+  recs = os.environ.get(RECORDS_ENV)
   for c, r, s in points(d):
-    add(config=d["config"], name=run_name(r, s, c), **overrides(d, r, s, c))
+    name = run_name(r, s, c)
+    if recs and os.path.exists(record_path(recs, c, name)):
+      continue
+    add(config=d["config"], name=name, **overrides(d, r, s, c))

@@ -22,12 +22,13 @@ from absl import flags
 from resnorm.io import storage, workdir as wd
 from resnorm.core.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.results import claims as cl
-from resnorm.results import grid
+from resnorm.results import grid, records
 from resnorm.results import results_figs as figs
 from resnorm.results import results_md as md
 from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
 
 FLAGS = flags.FLAGS
+DEFAULT_RECORDS = "results/v4"  # tracked in the repository: the grid's finished runs
 flags.DEFINE_string("out", "docs", "Report directory: results.md and figures/.")
 flags.DEFINE_bool("quick", False, "The same pipeline on a tiny model, 2 seeds (minutes).")
 flags.DEFINE_enum("scale", "cpu", list(grid.SCALES), "cpu: the report's design on the package's corpora; tpu: the "
@@ -39,6 +40,12 @@ flags.DEFINE_string("target", "v4-8", "--scale=tpu: the TPU slice each run gets;
 flags.DEFINE_enum("compiler", "auto", ["auto", "tpu", "cpu"], "--scale=tpu: the memory plans' compiler (auto: the "
                   "TPU compiler where libtpu is installed, else the CPU estimate).")
 flags.DEFINE_bool("memory_plan", True, "--scale=tpu: plan each model's memory on --target before submitting.")
+flags.DEFINE_string("records", None, "The run records' directory (one JSON per finished run, built from the runs as "
+                    "they finish; the report reads them alone; points with a record are not run again). Default: "
+                    f"{DEFAULT_RECORDS} for the full CPU design, none otherwise.")
+flags.DEFINE_bool("from_records", False, "Rebuild the report from the records alone: no run, no init diagnostics.")
+flags.DEFINE_bool("accept_fingerprints", False, "Report records of code with different fingerprints together "
+                  "(they are listed); refused otherwise.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 SWEEP = os.path.join(ROOT, "configs", "sweeps", "results.py")
 DEFAULT_ROOT = "runs/results"
@@ -51,11 +58,9 @@ def _module(path):
   return mod
 
 
-def grid_env(d, root: str | None = None) -> dict:
-  """What the sweep file reads to build this same design (with the recipes that get more seeds, under root)."""
+def grid_env(d) -> dict:
+  """What the sweep file reads to build this same design."""
   env = {grid.SIZE_ENV: d["size"], grid.SCALE_ENV: d["scale"]}
-  if root is not None:
-    env[grid.MORE_ENV] = more_seeds_path(root)
   if d["scale"] == "tpu":
     env[grid.TPU_DATA_ENV] = d["corpora"][grid.TPU_CORPUS]["data.paths"]
   return env
@@ -65,33 +70,9 @@ def run_grid(d, root: str, jobs: int, launcher: str) -> int:
   """The grid through resnorm.sweep: run here (local), submitted as a SLURM array (returns once submitted), or run
   by every host of a slice (tpu). The --slurm.* flags given to this command pass through."""
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
-  env = {**os.environ, **grid_env(d, root), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
+  env = {**os.environ, **grid_env(d), "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
   return subprocess.run([sys.executable, "-m", "resnorm.sweep", SWEEP, f"--root={root}", f"--jobs={jobs}",
                          f"--launcher={launcher}", *passed], cwd=ROOT, env=env).returncode
-
-
-def more_seeds_path(root: str) -> str:
-  return storage.join(root, "more_seeds.json")
-
-
-def seeds_to_add(Rs: dict, d) -> list[grid.Recipe]:
-  """The recipes read by a part whose effect lies within verdicts.MORE_SEEDS_SE standard errors of zero after the
-  design's first seeds (issue 37: at least 5 seeds there), besides those already listed."""
-  from resnorm.results import verdicts
-  if not d.get("more_seeds"):
-    return []
-  by_corpus, _ = evaluate_claims(Rs, d)
-  want = {r for claims in by_corpus.values() for c in claims for p in c["parts"]
-          if p["reads_runs"] and verdicts.needs_more_seeds(p, len(d["seeds"])) for r in p["recipes"]}
-  return sorted(want - set(d["more_recipes"]), key=repr)
-
-
-def add_more_seeds(root: str, d, recipes: list) -> None:
-  """Appends to root/more_seeds.json, which the sweep file reads (grid.more_recipes): a rerun keeps the list."""
-  allr = list(dict.fromkeys(list(d["more_recipes"]) + list(recipes)))
-  storage.makedirs(root)
-  wd.write_json(more_seeds_path(root), {"seeds": list(d["more_seeds"]), "recipes": [list(r) for r in allr]})
-  d["more_recipes"] = allr
 
 
 def prepare_corpora(d) -> None:
@@ -106,7 +87,7 @@ def prepare_corpora(d) -> None:
 
 def init_diagnostics(R, d) -> int:
   """C1-C2: diagnostics of freshly initialized models, per variant, depth and seed, on R's corpus (written once)."""
-  todo = [(v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in d["seeds"]
+  todo = [(v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in grid.block_seeds(d, "init")
           if not storage.exists(R.init_path(v, L, s))]
   if not todo:
     return 0
@@ -118,23 +99,28 @@ def init_diagnostics(R, d) -> int:
   logging.set_verbosity(logging.WARNING)
   startup.start()
   for v, L, s in todo:
-    # 2 batches of the split's head: C1-C2 read the init diagnostics (gradients, activations), not this loss
-    cfg = grid.config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s, "data.eval_set": "head",
-                                    "data.eval_batches": 2, "data.eval_batch_size": 0,
+    # one batch of stratified rows (drawn across the whole validation split by the fixed rule, the same for every
+    # seed and variant): C1-C2a read the diagnostics on it (gradients, activations), not its loss
+    base = grid.config(d, R.corpus, {})
+    cfg = grid.config(d, R.corpus, {"model.residual": v, "model.num_layers": L, "seed": s,
+                                    "data.eval_set": "stratified", "data.eval_batch_size": 0,
+                                    "data.eval_bytes": base.train.batch_size * base.data.seq_len,
                                     # Xiong et al.'s setting: the init-time claims hold under it (docs/variants.md 6)
                                     "model.init": "xavier"})
     setup = runtime.build(cfg)
     res = evaluate.report(setup, setup.init_state()["params"], data.eval_batches(cfg), 0)
     path = R.init_path(v, L, s)
-    storage.makedirs(path.rsplit("/", 1)[0])
-    wd.write_json(path, res)
+    if R.records_dir:
+      records.write(path, records.from_init(res, v, L, R.corpus, s, records.fingerprint()))
+    else:
+      storage.makedirs(path.rsplit("/", 1)[0])
+      wd.write_json(path, res)
   return len(todo)
 
 
 # ---- markdown ----------------------------------------------------------------------------------------------------
 
 def map_tables(R, d) -> list[str]:
-  n = len(d["seeds"])
   cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
   out = []
   for L in d["map_depths"]:
@@ -145,8 +131,13 @@ def map_tables(R, d) -> list[str]:
     for v in d["variants"]:
       cells = []
       for lr, f in cols:
-        mean, std, div, stall, done = figs.cell_stats(R, grid.Recipe(v, L, lr, f, d["steps"]), d["seeds"])
-        cells.append(figs.cell_label(mean, std, div, stall, done, n, sep=", ", with_std=True))
+        r = grid.Recipe(v, L, lr, f, d["steps"])
+        if r not in grid.blocks(d):
+          cells.append("not run")
+          continue
+        seeds = grid.seeds_of(d, r)
+        mean, std, div, stall, done = figs.cell_stats(R, r, seeds)
+        cells.append(figs.cell_label(mean, std, div, stall, done, len(seeds), sep=", ", with_std=True))
       out.append(f"| {v} | " + " | ".join(cells) + " |")
     out.append("")
   return out
@@ -201,12 +192,11 @@ CORPUS_TEXT = {"pystdlib": "Python source bytes", "shakespeare": "the complete w
 def design_text(d) -> str:
   lg = d["long"]
   cfg = grid.config(d, next(iter(d["corpora"])), {})
-  more = (f"; {len(d['more_recipes'])} recipes (those of parts within 3 standard errors of zero after them) also "
-          f"run seeds {list(d['more_seeds'])}" if d.get("more_recipes") else "")
+  seeds = ", ".join(f"{b} {n}" for b, n in d["block_seeds"].items())
   return (f"Corpora: {', '.join(f'`{c}` ({CORPUS_TEXT.get(c, c)})' for c in d['corpora'])}, every recipe on each. "
           f"Model (`{d['config']}`): d {cfg.model.d_model}, {cfg.model.num_heads} heads, MLP {cfg.model.mlp_dim}, "
           f"{cfg.model.dtype}, {d['steps']} steps, batch {cfg.train.batch_size} x {cfg.data.seq_len} bytes, seeds "
-          f"{list(d['seeds'])}{more} (paired: a seed gives every variant the same base weights and data order). "
+          f"per block of runs ({seeds}; fixed by the power table below) (paired: a seed gives every variant the same base weights and data order). "
           f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
           f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup "
           f"{', '.join(_warmup(d, f) for f in d['warmup_fracs'])}. "
@@ -230,6 +220,17 @@ def _eval_text(cfg) -> str:
   return f"the first {dc.eval_batches} batches of the validation split"
 
 
+def _source(Rs) -> str:
+  """Where the runs were read from: their records (with the code's fingerprint) or their workdirs."""
+  R = next(iter(Rs.values()))
+  if not R.records_dir:
+    return ""
+  fps = sorted({fp for R in Rs.values() for fp in R.fingerprints})
+  where = os.path.relpath(R.records_dir, ROOT) if R.records_dir.startswith(ROOT + os.sep) else R.records_dir
+  return (f"Read from the run records in `{where}` (code fingerprint{'s' if len(fps) > 1 else ''} "
+          f"{', '.join(f'`{f}`' for f in fps) or 'n/a'}; resnorm/results/records.py). ")
+
+
 def unfinished(Rs, d) -> list[str]:
   """One line per run of the design that has not finished (neither completed nor diverged), with its state."""
   from resnorm.sweep import sweep
@@ -237,12 +238,14 @@ def unfinished(Rs, d) -> list[str]:
   for c, r, s in grid.points(d):
     if Rs[c].run(r, s) is None:
       name = grid.run_name(r, s, c)
-      out.append(f"`{name}` ({sweep.status(Rs[c].root, name) or 'no summary yet: pending or running'})")
+      state = "no record yet: pending" if Rs[c].records_dir else \
+          sweep.status(Rs[c].root, name) or "no summary yet: pending or running"
+      out.append(f"`{name}` ({state})")
   return out
 
 
-def evaluate_claims(Rs: dict, d) -> tuple[dict, int]:
-  """corpus -> claims, judged together (Holm's correction over every part of the report); and that number."""
+def evaluate_claims(Rs: dict, d) -> tuple[dict, dict]:
+  """corpus -> claims, judged together (one correction over every part of the report); and its summary."""
   by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
   return by_corpus, cl.judge(by_corpus)
 
@@ -251,7 +254,8 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   """Rs: corpus -> claims.Runs."""
   import datetime
   from resnorm.io import provenance
-  by_corpus, m = evaluate_claims(Rs, d)
+  by_corpus, summary = evaluate_claims(Rs, d)
+  summary["design_m"] = len(cl.DESIGN) * len(Rs)
   k = run_counts(Rs, d)
   todo = unfinished(Rs, d)
   flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
@@ -260,18 +264,21 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   lines = [f"# Results at {d['scale'].upper()} scale", "",
            f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
            f"resnorm.results{flags_text}` (size `{d['size']}`) at commit `{(here['git_commit'] or 'unknown')[:10]}`"
-           f"{' (with uncommitted changes)' if here['git_dirty'] else ''}, on {machine()}. Runs: {k['finished']} of "
+           f"{' (with uncommitted changes)' if here['git_dirty'] else ''}, on {machine()}, in {wall_s / 60:.1f} "
+           "minutes (finished runs are reused).", "",
+           f"{_source(Rs)}Runs: {k['finished']} of "
            f"{k['runs']} finished ({k['diverged']} diverged, {k['stalled']} stalled: learned nothing beyond byte "
            f"frequencies{_flags(k)}), at commit{'s' if len(k['commits']) > 1 else ''} "
            f"{', '.join(f'`{c[:10]}`' for c in k['commits'])}{' (some with uncommitted changes)' if k['dirty'] else ''}"
            f", plus init diagnostics. Cost: {k['run_minutes']:.0f} run-minutes; wall time from the runs' timestamps "
-           f"{wall} ({_when(k['first'])} to {_when(k['last'])}); this invocation: {wall_s / 60:.1f} minutes "
-           "(finished runs are reused). Every number below is read from the runs.", "", design_text(d), "",
-           "## Claims", "", *md.claims_table(by_corpus, d), "", md.rule_text(m, d), "",
-           "Parts whose own statistic had not settled by the end of their runs: " +
+           f"{wall} ({_when(k['first'])} to {_when(k['last'])}). Every number below is read from the runs.", "",
+           design_text(d), "",
+           "## Claims", "", *md.claims_table(by_corpus, summary["level"]), "", md.rule_text(summary, d), "",
+           *md.power_table(d, summary), "",
+           "Parts whose own statistic was not shown settled by the end of their runs: " +
            ("; ".join(md.unsettled(by_corpus)) or "none") + "." +
            (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
-            d["size"] == "full" else ""), "", *md.across_corpora(by_corpus), ""]
+            d["size"] == "full" else ""), "", *md.across_corpora(by_corpus, summary["level"]), ""]
   if todo:
     lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
               "when they end): " + ", ".join(todo) + ".", ""]
@@ -280,7 +287,7 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
     for corpus, R in Rs.items():
       fig_dir = os.path.join(out, "figures", corpus)
       os.makedirs(fig_dir, exist_ok=True)
-      lines += md.claim_section(by_corpus[corpus][i], d, corpus, figs.FIGURES[c["id"]](R, d, fig_dir))
+      lines += md.claim_section(by_corpus[corpus][i], corpus, figs.FIGURES[c["id"]](R, d, fig_dir))
     if c["id"] == "C3":
       lines += ["Stability map, cell by cell:", ""]
       for R in Rs.values():
@@ -312,22 +319,22 @@ def main(argv):
     print(f"budget on {FLAGS.target} at {mod.ASSUMED_MFU:.0%} MFU (assumed), and each model's memory plan:",
           flush=True)
     tpu_budget.check_design(d, ROOT, FLAGS.target, FLAGS.compiler, mod.ASSUMED_MFU, mod.device_hours)
+  recs = FLAGS.records if FLAGS.records is not None else (
+      os.path.join(ROOT, DEFAULT_RECORDS) if size == "full" and FLAGS.scale == "cpu" else "")
+  recs = storage.absolute(recs) if recs else None
+  check(recs or not FLAGS.from_records, "--from_records needs --records (the design's default has none at this size)")
+  if FLAGS.from_records:
+    return report_from(d, {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}, t0)
   prepare_corpora(d)
-  os.environ[grid.MORE_ENV] = more_seeds_path(root)
-  d["more_recipes"] = grid.more_recipes(more_seeds_path(root))
-  rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
+  if recs:
+    os.environ[grid.RECORDS_ENV] = recs  # the sweep file leaves out the points that have a record
+    with records.Recorder(root, recs, d, records.fingerprint()) as rec:
+      rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
+    print(f"{rec.written} new run records in {recs}", flush=True)
+  else:
+    rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
   if rc == EXIT_BAD_INPUT:
     return rc  # the sweep refused its input and said why, in one line; there is nothing new to report
-  first = {c: cl.Runs(root, d, c) for c in d["corpora"]}
-  if all(first[c].run(r, s) for c, r, s in grid.points({**d, "more_recipes": []})):
-    # the second stage, once every first-stage run has finished: more seeds where the effect was still near 0
-    more = seeds_to_add(first, d)
-    if more:
-      from resnorm.results import verdicts
-      print(f"{len(more)} recipes read by parts within {verdicts.MORE_SEEDS_SE:g} standard errors of zero after seeds "
-            f"{list(d['seeds'])}: running seeds {list(d['more_seeds'])} of them too", flush=True)
-      add_more_seeds(root, d, more)
-      rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher) or rc
   if FLAGS.launcher == "tpu":
     from resnorm.sweep import sweep_tpu
     _, num, pid = sweep_tpu._processes()  # noqa: SLF001: the same reading of the slice the sweep made
@@ -336,15 +343,32 @@ def main(argv):
     if num > 1:  # one host of a multi-host slice cannot start the TPU runtime alone; init diagnostics on its CPU
       import jax
       jax.config.update("jax_platforms", "cpu")  # the env variable would be read too late: jax may be imported
-  Rs = {c: cl.Runs(root, d, c) for c in d["corpora"]}
+  Rs = {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}
   for R in Rs.values():
     init_diagnostics(R, d)
+  report_from(d, Rs, t0, " (some runs did not finish)" if rc else "")
+  return 1 if rc and FLAGS.launcher != "slurm" else 0
+
+
+def report_from(d, Rs: dict, t0: float, tail: str = "") -> int:
+  """Writes the report from Rs (workdirs or records): every record is read and checked first (one line naming a
+  damaged one; records of differing code fingerprints refused unless --accept_fingerprints)."""
+  for c, R in Rs.items():
+    for _, r, s in (p for p in grid.points(d) if p[0] == c):
+      R.run(r, s)
+    for v, L, s in ((v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in grid.block_seeds(d, "init")):
+      R.init(v, L, s)
+  fps: dict = {}
+  for R in Rs.values():
+    for fp, paths in R.fingerprints.items():
+      fps.setdefault(fp, set()).update(paths)
+  records.check_fingerprints(fps, FLAGS.accept_fingerprints)
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)
   k = run_counts(Rs, d)
   print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +
         ("; the others are listed there: rerun this command when they end" if k["finished"] < k["runs"] else "") +
-        (" (some runs did not finish)" if rc else ""))
-  return 1 if rc and FLAGS.launcher != "slurm" else 0
+        tail)
+  return 0
 
 
 if __name__ == "__main__":

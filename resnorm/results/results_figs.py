@@ -78,13 +78,13 @@ def _rel(rows_list):
 def _curves(R, r, seeds):
   """Eval loss against step, per seed, on the union of steps (NaN where a run stopped)."""
   runs = [R.run(r, s) for s in seeds]
-  steps = sorted({st for run in runs if run for st, _ in run["evals"]})
-  ys = [[dict(run["evals"]).get(st) for st in steps] for run in runs if run]
+  steps = sorted({st for run in runs if run for st, _, _ in run["evals"]})
+  ys = [[{k: v for k, v, _ in run["evals"]}.get(st) for st in steps] for run in runs if run]
   return steps, ys
 
 
 def fig_c1(R, d, fig_dir):
-  top, Ls, seeds = max(d["init_depths"]), d["init_depths"], d["seeds"]
+  top, Ls, seeds = max(d["init_depths"]), d["init_depths"], grid.block_seeds(d, "init")
   fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
   for v in grid.MAIN:
     rows = [R.init(v, top, s) for s in seeds]
@@ -103,12 +103,13 @@ def fig_c1(R, d, fig_dir):
 
 
 def fig_c2(R, d, fig_dir):
-  top, deep, seeds = max(d["init_depths"]), d["pair_layers"], d["seeds"]
+  top, deep, seeds = max(d["init_depths"]), d["pair_layers"], grid.block_seeds(d, "init")
   fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
   for v in grid.MAIN:
     rows = [R.init(v, top, s) for s in seeds]
     band(a, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, **{**style(v), "marker": None})
-    rows = [R.last(grid.ref_long(d, v, deep), s) for s in seeds]
+    r = grid.ref_long(d, v, deep)
+    rows = [R.last(r, s) for s in run_seeds(d, r)]
     band(b, _rel(rows), [cl.col(r, "act_rms") for r in rows], v, **style(v))
   a.set(xlabel=f"sublayer (L={top})", ylabel="input RMS", yscale="log", title="at init")
   b.set(xlabel=f"sublayer (L={deep})", ylabel="input RMS", yscale="log",
@@ -138,12 +139,17 @@ def cell_label(mean, std, div, stall, done, n, sep="\n", with_std=False):
   return sep.join([head] + marks)
 
 
+def run_seeds(d, r) -> tuple:
+  """The seeds the design runs for a recipe; none for a cell the design leaves out (Post-Norm's 12-layer map)."""
+  return grid.seeds_of(d, r) if r in grid.blocks(d) else ()
+
+
 def fig_map(R, d, fig_dir):
   lrs, fracs, depths, variants = d["lrs"], d["warmup_fracs"], d["map_depths"], d["variants"]
-  n = len(d["seeds"])
+  n = d["block_seeds"]["map"]
   fig, axes = plt.subplots(len(depths), len(variants), figsize=(3.3 * len(variants), 1.1 + 1.25 * len(depths) *
                                                                  len(fracs)), squeeze=False, constrained_layout=True)
-  vals = [cell_stats(R, grid.Recipe(v, L, lr, f, d["steps"]), d["seeds"])
+  vals = [cell_stats(R, grid.Recipe(v, L, lr, f, d["steps"]), run_seeds(d, grid.Recipe(v, L, lr, f, d["steps"])))
           for L in depths for v in variants for f in fracs for lr in lrs]
   finite = [m for m, *_ in vals if not math.isnan(m)]
   lo, hi = (min(finite), max(finite)) if finite else (2.0, 4.0)
@@ -172,21 +178,24 @@ def fig_map(R, d, fig_dir):
 
 
 def fig_c3(R, d, fig_dir):
-  depths, seeds = d["map_depths"], d["seeds"]
+  depths = d["map_depths"]
   fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 3.4), squeeze=False)
   for ax, L in zip(axes[0], depths):
     for v in d["variants"]:
       for f, ls in zip(d["warmup_fracs"], ("-", "--")):
+        seeds = run_seeds(d, grid.Recipe(v, L, d["lrs"][0], f, d["steps"]))
+        if not seeds:
+          continue
         ys = [[R.loss(grid.Recipe(v, L, lr, f, d["steps"]), s) for lr in d["lrs"]] for s in seeds]
         band(ax, d["lrs"], ys, f"{v} warmup {f:.0%}", color=COLORS[v], ls=ls, marker=style(v)["marker"])
-    ax.set(xscale="log", xlabel="learning rate", ylabel=f"final eval loss (diverged: {cl.FAIL_LOSS:.2f})",
+    ax.set(xscale="log", xlabel="learning rate", ylabel="final eval loss (a diverged run has none)",
            title=f"{L} layers ({d['steps']} steps; solid: no warmup)")
   _legend(axes[0][-1], fontsize=7, ncol=2)
   out = [fig_map(R, d, fig_dir), _save(fig, fig_dir, "c3_lr.png")]
   if grid.c3_recipes(d):
     fig, ax = plt.subplots(figsize=(6, 3.4))
     for r in grid.c3_recipes(d):
-      steps, ys = _curves(R, r, seeds)
+      steps, ys = _curves(R, r, run_seeds(d, r))
       band(ax, steps, ys, f"{r.variant} warmup {r.warmup_frac:.0%}", color=COLORS[r.variant],
            ls="--" if r.warmup_frac else "-", marker=style(r.variant)["marker"])
     ax.set(xlabel="step", ylabel="eval loss", title=f"long-warmup regime, L={d['c3']['layers']}, lr {d['c3']['lr']:g}")
@@ -198,9 +207,10 @@ def fig_c3(R, d, fig_dir):
 def fig_c4(R, d, fig_dir):
   fig, ax = plt.subplots(figsize=(6, 3.4))
   for v in grid.MAIN:
-    band(ax, d["depths"], [[R.loss(grid.ref_long(d, v, L), s) for L in d["depths"]] for s in d["seeds"]], v,
+    seeds = grid.block_seeds(d, "depth")
+    band(ax, d["depths"], [[R.loss(grid.ref_long(d, v, L), s) for L in d["depths"]] for s in seeds], v,
          **style(v))
-  uni = [run["unigram"] for L in d["depths"] for s in d["seeds"]
+  uni = [run["unigram"] for L in d["depths"] for s in grid.block_seeds(d, "depth")
          if (run := R.run(grid.ref_long(d, "pre_norm", L), s)) and run["unigram"]]
   if uni:
     ax.axhline(np.mean(uni), color="gray", ls=":", label="byte unigram")
@@ -218,7 +228,7 @@ def _cos_fig(R, d, fig_dir, variants, name, L, steps):
   fig, ax = plt.subplots(figsize=(6, 3.4))
   for v in variants:
     r = grid.ref(d, v, L, steps=steps)
-    rows = [R.last(r, s) for s in grid.seeds_of(d, r)]
+    rows = [R.last(r, s) for s in run_seeds(d, r)]
     band(ax, None, [cl.col(r, "cos_next_median") for r in rows], v, **style(v))
   ax.set(xlabel=f"sublayer l (L={L})", ylabel="median cos(u_l, u_l+1)",
          title=f"after training, reference recipe, {steps} steps")
@@ -239,7 +249,7 @@ def _curve_fig(R, d, fig_dir, panels, name):
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.4), squeeze=False)
   for ax, (title, lines) in zip(axes[0], panels):
     for label, r, color, (ls, marker) in lines:
-      steps, ys = _curves(R, r, grid.seeds_of(d, r))
+      steps, ys = _curves(R, r, run_seeds(d, r))
       band(ax, steps, ys, label, color=color, ls=ls, marker=marker)
     ax.set(xlabel="step", ylabel="eval loss", title=title)
     _legend(ax, fontsize=8)
@@ -277,7 +287,7 @@ def fig_c10(R, d, fig_dir):
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
   for ax, key in zip(axes, ("gain_forward", "gain_backward")):
     for v in ("hc", "mhc"):
-      runs = [R.run(grid.ref(d, v, L), s) for s in d["seeds"]]
+      runs = [R.run(grid.ref(d, v, L), s) for s in run_seeds(d, grid.ref(d, v, L))]
       band(ax, None, [cl.col(r["last"], key) for r in runs if r], f"{v} trained", **style(v))
       band(ax, None, [cl.col(r["first"], key) for r in runs if r], f"{v} step 0", color=COLORS[v], ls=":",
            marker="x")

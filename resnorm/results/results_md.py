@@ -1,5 +1,6 @@
-"""The markdown of docs/results.md: the claims table, each claim's per-part rows (test, CI, minimum detectable
-effect, condition, verdict), the rule, and the comparison of the two corpora."""
+"""The markdown of docs/results.md: the claims table, each claim's per-part rows (test, intervals at the correction's
+level and at 95%, minimum detectable effect, failures, condition, regime, verdict), the power table, the rule, and
+the comparison of the two corpora."""
 import numpy as np
 from scipy import stats as st
 
@@ -15,12 +16,24 @@ def _sd(values):
   return f"{x.mean():+.3g} ± {x.std(ddof=1):.2g} (std)" if len(x) > 1 else f"{x.mean():+.3g}"
 
 
-def _ci(p) -> str:
+def _iv(p, key) -> str:
+  """An interval in the measured statistic's units (sign-adjusted intervals turned back by the part's sign)."""
+  ci = p.get(key)
+  if ci is None:
+    return "n/a"
+  if p["test"]["kind"] == "discordant":
+    return f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+  lo, hi = sorted((p["sign"] * ci[0], p["sign"] * ci[1]))
+  return f"[{lo:+.3g}, {hi:+.3g}]"
+
+
+def _effect(p) -> str:
   t = p["test"]
   if t is None:
     return "n/a"
-  m = p["sign"] * t["mean"]
-  return f"{m:+.3g} [{m - t['half_ci']:+.3g}, {m + t['half_ci']:+.3g}]"
+  if t["kind"] == "discordant":
+    return f"{t['worse']} vs {t['better']} {_iv(p, 'ci')}"
+  return f"{p['sign'] * t['mean']:+.3g} {_iv(p, 'ci')}"
 
 
 def _pv(x) -> str:
@@ -28,130 +41,182 @@ def _pv(x) -> str:
 
 
 def _shown(p) -> str:
-  """The verdict as printed: with the values' verdict beside "out of regime"."""
+  """The verdict as printed: with the values' verdict beside "out of regime", and the worst case where it decided."""
   if p["verdict"] == cl.OUT_OF_REGIME:
     return f"out of regime (values: {p['values_verdict']})"
-  return p["verdict"] + (" (rests on one stalled run)" if p.get("fragile") else "")
+  extra = ""
+  if p.get("worst_verdict") and p["worst_verdict"] != p["values_verdict"]:
+    extra = " (the worst case for its failed seeds disagrees)"
+  return p["verdict"] + extra
 
 
-def _seeds(c, d):
-  """Seeds judged in the claim's parts: 'n' (all planned) or 'n of N', per part when they differ."""
+def _seeds(c) -> str:
+  """Seeds with a value in the claim's parts: 'n' or 'n of N', per part when they differ."""
   counts = []
   for p in c["parts"]:
-    planned = len(p.get("planned", d["seeds"]))
-    counts.append(str(len(p["judged"])) if len(p["judged"]) == planned else f"{len(p['judged'])} of {planned}")
+    planned = len(p["planned"])
+    have = planned if "discordant" in p else len(p["values"])  # a discordant part counts pairs, over every seed
+    counts.append(str(have) if have == planned else f"{have} of {planned}")
   return counts[0] if len(set(counts)) == 1 else ", ".join(f"{p['label']}: {n}" for p, n in zip(c["parts"], counts))
 
 
-def _cell(c, d) -> str:
-  effect = "; ".join(f"{p['label']}: {_ci(p)}" + (f" ({_shown(p)})" if p["verdict"] != p["values_verdict"] or
-                                                   p.get("fragile") else "") for p in c["parts"])
-  return f"**{c['verdict']}**<br>{effect}<br>seeds {_seeds(c, d)}"
+def _cell(c) -> str:
+  effect = "; ".join(f"{p['label']}: {_effect(p)}" + (f" ({_shown(p)})" if p["verdict"] != p["values_verdict"]
+                                                       else "") for p in c["parts"])
+  return f"**{c['verdict']}**<br>{effect}<br>seeds {_seeds(c)}"
 
 
-def claims_table(by_corpus, d) -> list[str]:
-  """One row per claim, one verdict column per corpus: the verdict, each part's mean with its 95% CI, the seeds."""
+def claims_table(by_corpus, level: float) -> list[str]:
+  """One row per claim, one verdict column per corpus: the verdict, each part's mean with its FCR-adjusted interval,
+  the seeds."""
   corpora = list(by_corpus)
-  lines = ["| claim | source | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
+  lines = [f"Each part: its mean, with the {level:.2%} FCR-adjusted interval (the decision's); discordant-pair parts: "
+           "failures of the arm under test vs the reverse, with the interval of their share minus 1/2.", "",
+           "| claim | source | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
   for i, c in enumerate(by_corpus[corpora[0]]):
     lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | " +
-                 " | ".join(_cell(by_corpus[k][i], d) for k in corpora) + " |")
+                 " | ".join(_cell(by_corpus[k][i]) for k in corpora) + " |")
   return lines
 
 
 def _mde(p) -> str:
-  return "n/a" if p["mde"] is None else f"{p['mde']:.2g}"
+  return "n/a" if p.get("mde") is None else f"{p['mde']:.2g}"
+
+
+def _failures(p) -> str:
+  """Per arm: runs read that diverged or stalled; the seeds that failed and the control's seeds left out."""
+  parts = [f"{v}: {c['diverged']} diverged, {c['stalled']} stalled" for v, c in p["failures"].items()
+           if c["diverged"] or c["stalled"]]
+  if p["failed"]:
+    parts.append(f"**failed seed {', '.join(map(str, p['failed']))}**")
+  if p["left_out"]:
+    parts.append(f"control not met, left out: seed {', '.join(map(str, p['left_out']))}")
+  return "; ".join(parts) or "none"
 
 
 def _regime_cell(p) -> str:
-  bad = [s for s, ok in p["in_regime"].items() if not ok]
-  text = p["regime"] + (f"; **left out: seed {', '.join(map(str, bad))}**" if bad else "")
-  if p["stable"] is False:
-    means = ", ".join(f"{f:.0%}: " + ("n/a" if v is None else f"{v:+.3g}") for f, v in p["means"].items())
-    text += f"; **statistic not settled** (mean at {means})"
-  elif p["stable"]:
-    text += "; settled"
-  return text
+  text = p["control"]
+  reg = p.get("regime")
+  if p["design"].tol is None:
+    return text + "; regime: reads no trajectory"
+  traj = ", ".join(f"{f:.0%}: " + ("n/a" if v is None else f"{p['sign'] * v:+.3g}")
+                   for f, v in p["trajectory"].items())
+  if reg is None:
+    if p.get("settled") is None:
+      return text + "; regime: nothing to test (no values)"
+    return text + f"; **not shown settled** (trajectory incomplete: {traj})"
+  verdict = "settled" if reg["settled"] else "**not settled**"
+  return (text + f"; {verdict}: change over the last quarter {p['sign'] * reg['mean_change']:+.3g} within "
+          f"±{reg['tol']:g}? TOST p {_pv(reg['p'])} (trajectory {traj})")
 
 
-def claim_section(c, d, corpus, fig_names) -> list[str]:
-  seeds = sorted({s for p in c["parts"] for s in p["values"]} | set(d["seeds"]))
+def claim_section(c, corpus, fig_names) -> list[str]:
+  seeds = sorted({s for p in c["parts"] for s in p["planned"]})
   lines = [f"#### {corpus}: **{c['verdict']}**", "",
            "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
-           " | mean ± std | mean, 95% CI | p (Holm) | MDE (80%) | condition | verdict |",
-           "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|---|---|"]
+           " | mean ± std | mean, FCR interval | 95% CI | p (BH) | MDE (80%) | failures | condition; regime | "
+           "verdict |", "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|---|---|---|---|"]
   notes = []
   for p in c["parts"]:
-    vals = " | ".join(f"{p['values'][s]:+.4g}" if s in p["values"] else "missing" for s in seeds)
+    vals = " | ".join(_seed_cell(p, s) for s in seeds)
     lines.append(f"| {p['label']} | {p['what']} | {'> 0' if p['sign'] > 0 else '< 0'} | {vals} | "
-                 f"{_sd([p['values'][s] for s in p['judged']])} | {_ci(p)} | {_pv(p['p_adj'])} | {_mde(p)} | "
-                 f"{_regime_cell(p)} | {_shown(p)} |")
+                 f"{_sd(list(p['values'].values()))} | {_effect(p)} | {_iv(p, 'ci95')} | {_pv(p.get('p_adj'))} | "
+                 f"{_mde(p)} | {_failures(p)} | {_regime_cell(p)} | {_shown(p)} |")
     if p.get("note"):
       notes.append(f"Part {p['label']}: {p['note']}.")
+    if p.get("worst"):
+      w = p["worst"]
+      notes.append(f"Part {p['label']}, worst case (failed seed{'s' if len(p['failed']) > 1 else ''} "
+                   f"{', '.join(map(str, p['failed']))} at the least favourable observed value): mean "
+                   f"{p['sign'] * w['mean']:+.3g}, p {_pv(w['p'])}, verdict {p.get('worst_verdict', 'n/a')}.")
   return lines + [""] + ([" ".join(notes), ""] if notes else []) + \
       [f"![{corpus} {n}](figures/{corpus}/{n})" for n in fig_names] + [""]
 
 
+def _seed_cell(p, s) -> str:
+  if s not in p["planned"]:
+    return ""
+  if s in p["values"]:
+    return f"{p['values'][s]:+.4g}"
+  if s in p["failed"]:
+    return "failed"
+  if s in p["left_out"]:
+    return "control failed"
+  return "—" if p["test"] and p["test"]["kind"] == "discordant" else "missing"
+
+
 def unsettled(by_corpus) -> list[str]:
-  """The parts whose own statistic had not settled by the end of their runs, per corpus (empty: none)."""
+  """The parts whose own statistic was not shown settled by the end of their runs, per corpus (empty: none)."""
   out = []
   for corpus, claims in by_corpus.items():
-    bad = [f"{c['id']}{p['label']}" for c in claims for p in c["parts"] if p["stable"] is False]
+    bad = [f"{c['id']}{p['label']}" for c in claims for p in c["parts"] if p.get("settled") is False]
     if bad:
       out.append(f"{corpus}: {', '.join(bad)}")
   return out
 
 
-def rule_text(m: int, d) -> str:
+def power_table(d, summary) -> list[str]:
+  """The design's power table (verdicts.power_table), as declared before the grid."""
+  rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)
+  level = rows[0]["level"] if rows else 0.0
+  out = [f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
+         f"seed (report v3's tables), its seeds, and the minimum detectable effect at 80% power of the two-sided "
+         f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
+         f"once the {cl.DESIGN_CALLS} parts whose pilot effect exceeded 8 standard deviations are called), beside "
+         "the effect of interest declared in the part's units. Discordant-pair parts have no per-seed sd.", "",
+         "| part | block | pilot sd | seeds | MDE (80%) | effect of interest | power at it | decidable |",
+         "|---|---|---|---|---|---|---|---|"]
+  for r, (k, dz) in zip(rows, cl.DESIGN.items()):
+    f = lambda x, fmt: "n/a" if x is None else format(x, fmt)
+    out.append(f"| {r['part']} | {dz.block} | {f(r['pilot_sd'], '.2g')} | {r['n']} | {f(r['mde'], '.2g')} | "
+               f"{r['effect']:g} | {f(r['power'], '.0%')} | "
+               f"{'n/a' if r['decidable'] is None else ('yes' if r['decidable'] else '**no**')} |")
+  return out
+
+
+def rule_text(summary, d) -> str:
   return ("Verdict per part (resnorm/results/verdicts.py), from the paired per-seed values x (sign-adjusted so the "
-          "claim predicts x > 0) of the seeds that meet the part's condition: a one-sided paired t-test at alpha "
-          f"{verdicts.ALPHA}, with {verdicts.CORRECTION.format(m=m)}: **reproduced** if the adjusted p in the "
-          "claim's direction is below alpha, **not reproduced** if the adjusted p in the opposite direction is, "
-          "**inconclusive** otherwise, and inconclusive too if leaving out one seed with a stalled run would change "
-          "it. \"mean, 95% CI\" is the measured statistic's mean over those seeds with its two-sided 95% t interval; "
-          "\"± (std)\" is the standard deviation over seeds. \"MDE (80%)\" is the minimum detectable effect: the "
-          f"true mean a one-sided test at the Bonferroni level alpha/{m} detects with {verdicts.POWER:.0%} power, "
-          "(t_{1-alpha/m, n-1} + t_{0.8, n-1}) std / sqrt(n). Each part's condition was declared before the grid "
-          "ran (resnorm/results/claims.py): a seed whose runs fail it is left out and listed, and the part is judged "
-          f"on the rest when at least {verdicts.MIN_SEEDS} remain. A part that reads trained runs must also have "
-          "settled: its mean, with every run read at 50%, 75% and 100% of its steps, keeps its sign and last moves "
-          "by less than one standard error; otherwise it is **out of regime**, and the row gives what the values "
-          f"alone say. {cl.COMBINE_RULE} A diverged run scores ln 256 = {cl.FAIL_LOSS:.3f} nats/byte. Seeds "
-          f"{list(d['seeds'])} run everywhere; the recipes of parts whose effect lay within "
-          f"{verdicts.MORE_SEEDS_SE:g} standard errors of zero after them also run seeds "
-          f"{list(d.get('more_seeds', ()))}.")
+          "claim predicts x > 0) of the seeds the design fixed for it: a two-sided paired t-test (parts that count "
+          "failures: McNemar's exact test on the discordant pairs), with "
+          f"{verdicts.CORRECTION.format(q=verdicts.Q, m=summary['m'], level=summary['level'])}: **reproduced** if "
+          "the adjusted p is below q and the effect has the claim's sign, **not reproduced** if it is below q with "
+          "the other sign, **inconclusive** otherwise. \"MDE (80%)\" is the true mean the two-sided test at the "
+          "report's BH level detects with 80% power, from the noncentral t and the part's observed std. No seed is "
+          "dropped for an outcome of an arm under test: a part may condition only on its control arm (declared in "
+          "resnorm/results/claims.py); a stalled run keeps its loss, a diverged run has none (nothing is imputed), "
+          "and a seed whose arm under test failed where the statistic needs it is judged by the worst case (that "
+          "seed at the least favourable value observed), which must agree for the verdict to stand. A part that "
+          "reads trained runs must have settled: TOST at 0.05 shows the per-seed change of its statistic over the "
+          "last quarter of training within its declared tolerance; otherwise it is **out of regime**, and the row "
+          f"gives what the values alone say. {cl.COMBINE_RULE}")
 
 
-def across_corpora(by_corpus) -> list[str]:
-  """Values verdicts side by side, and for every part where the corpora differ in sign or verdict, the interaction:
-  the difference of the two corpora's mean paired differences with its 95% Welch interval."""
+def across_corpora(by_corpus, level: float) -> list[str]:
+  """Every part on both corpora side by side, with the interaction: the difference of the two corpora's mean paired
+  statistics and its Welch interval at the correction's level."""
   corpora = list(by_corpus)
   if len(corpora) < 2:
     return []
   a, b = corpora[:2]
-  lines = ["## Both corpora", "", f"The values verdict of every part on each corpus. Where they differ in sign or "
-           f"verdict, the interaction {a} - {b}: the difference of the mean paired statistics, with its 95% Welch "
-           "interval (the corpora's runs are independent). A part significant on one corpus and null on the other "
-           "has not replicated.", "", f"| part | {a} | {b} | interaction {a} - {b}, 95% CI |", "|---|---|---|---|"]
+  lines = ["## Both corpora", "", f"The values verdict of every part on each corpus, and the interaction {a} - {b}: "
+           f"the difference of the mean paired statistics, with its Welch interval at {level:.2%} (the correction's "
+           "level; the corpora's runs are independent). A part significant on one corpus and null on the other has "
+           "not replicated.", "", f"| part | {a} | {b} | interaction {a} - {b} |", "|---|---|---|---|"]
   for ca, cb in zip(by_corpus[a], by_corpus[b]):
     for pa, pb in zip(ca["parts"], cb["parts"]):
-      va, vb = pa["values_verdict"], pb["values_verdict"]
-      ma, mb = (p["test"] and p["sign"] * p["test"]["mean"] for p in (pa, pb))
-      differ = va != vb or (ma is not None and mb is not None and np.sign(ma) != np.sign(mb))
-      inter = interaction(pa, pb) if differ else ""
-      lines.append(f"| {ca['id']}{pa['label']} | {va} ({_ci(pa)}) | {vb} ({_ci(pb)}) | {inter} |")
+      lines.append(f"| {ca['id']}{pa['label']} | {pa['values_verdict']} ({_effect(pa)}) | {pb['values_verdict']} "
+                   f"({_effect(pb)}) | {interaction(pa, pb, level)} |")
   return lines
 
 
-def interaction(pa, pb) -> str:
-  xa = [pa["sign"] * v for v in pa["x"].values()]
-  xb = [pb["sign"] * v for v in pb["x"].values()]
+def interaction(pa, pb, level: float = 0.95) -> str:
+  xa, xb = list(pa["x"].values()), list(pb["x"].values())
   if len(xa) < 2 or len(xb) < 2:
     return "n/a"
   va, vb = np.var(xa, ddof=1) / len(xa), np.var(xb, ddof=1) / len(xb)
-  diff, se = float(np.mean(xa) - np.mean(xb)), float(np.sqrt(va + vb))
+  diff, se = pa["sign"] * float(np.mean(xa) - np.mean(xb)), float(np.sqrt(va + vb))
   if se == 0:
     return f"{diff:+.3g}"
   dof = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
-  h = float(st.t.ppf(0.975, dof) * se)
+  h = float(st.t.ppf(0.5 + level / 2, dof) * se)
   return f"{diff:+.3g} [{diff - h:+.3g}, {diff + h:+.3g}]"

@@ -1,30 +1,35 @@
 """The grid's finished runs, read for the claims (resnorm/results/claims.py): losses, diagnostics and stall flags by
-recipe and seed, at the run's end or, inside at(frac), at that fraction of its steps."""
+recipe and seed, at the run's end or, inside at(frac), at that fraction of its steps. A diverged run has no loss
+(nothing is imputed for it); a stalled run keeps its own. Read from the runs' workdirs, or from their records
+(resnorm/results/records.py), which hold the same for the report."""
 import contextlib
-import math
 
 from resnorm.io import storage, workdir as wd
-from resnorm.results import grid
-
-FAIL_LOSS = math.log(256)  # nats/byte of a uniform guess over bytes: what a diverged run is scored as
+from resnorm.results import grid, records
 
 
 class Runs:
-  """The grid's runs (root/<run name>/) and init diagnostics (root/init/), by recipe and seed."""
+  """The grid's runs (root/<run name>/) and init diagnostics (root/init/), by recipe and seed; with `records`, the
+  records under records/<corpus>/ instead (root is then unused)."""
 
-  def __init__(self, root: str, d: dict, corpus: str = "pystdlib"):
+  def __init__(self, root: str, d: dict, corpus: str = "pystdlib", records_dir: str | None = None):
     self.root, self.d, self.corpus, self._cache = root, d, corpus, {}
+    self.records_dir = records_dir
+    self.fingerprints: dict = {}  # fingerprint -> the record files read with it (records only)
     self.frac = 1.0       # where in its run each run is read (at()): its end by default
+    self.subset = False   # at(subset=True): losses on the eval set's fixed subset, at every fraction (like with like)
     self.touched = None   # part() records here the runs a statistic reads
 
   @contextlib.contextmanager
-  def at(self, frac: float):
-    """Every run read at `frac` of its steps: its last eval, and diagnostics, at or before that step."""
-    old, self.frac = self.frac, frac
+  def at(self, frac: float, subset: bool = False):
+    """Every run read at `frac` of its steps: its last eval, and diagnostics, at or before that step. subset: the
+    eval loss on the fixed subset of the eval set's rows that the evals before the last score (the last eval
+    records it beside the full loss), so that readings at 75% and 100% compare like with like."""
+    old, self.frac, self.subset = (self.frac, self.subset), frac, subset
     try:
       yield self
     finally:
-      self.frac = old
+      self.frac, self.subset = old
 
   def run(self, r: grid.Recipe, seed: int) -> dict | None:
     """None unless the run finished (completed or diverged)."""
@@ -32,8 +37,29 @@ class Runs:
     if self.touched is not None:
       self.touched.add(key)
     if key not in self._cache:
-      self._cache[key] = self._read(storage.join(self.root, grid.run_name(r, seed, self.corpus)))
+      name = grid.run_name(r, seed, self.corpus)
+      self._cache[key] = self._read_record(self.record_path(name)) if self.records_dir else \
+          self._read(storage.join(self.root, name))
     return self._cache[key]
+
+  def record_path(self, name: str) -> str:
+    return storage.join(self.records_dir, self.corpus, f"{name}.json")
+
+  def _read_record(self, path: str) -> dict | None:
+    if not storage.exists(path):
+      return None
+    rec = records.read(path)
+    self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
+    diags = rec["diags"]
+    diverged = rec["status"] == "diverged"
+    summary = {**rec["timing"], "provenance": rec["provenance"], "status": rec["status"],
+               "learned_beyond_unigram": rec["learned_beyond_unigram"]}
+    return {"diverged": diverged, "stalled": not diverged and rec["learned_beyond_unigram"] is False,
+            "loss": None if diverged else rec["final_eval_loss"], "unigram": rec["unigram_eval_loss"],
+            "first": diags[0]["sublayers"] if diags and diags[0]["step"] == 0 else None,
+            "last": diags[-1]["sublayers"] if diags else None, "summary": summary,
+            "diags": [(x["step"], x["sublayers"]) for x in diags],
+            "evals": [(e["step"], e["eval_loss"], e.get("eval_loss_subset", e["eval_loss"])) for e in rec["evals"]]}
 
   @staticmethod
   def _read(path: str) -> dict | None:
@@ -46,20 +72,23 @@ class Runs:
     metrics = wd.read_jsonl(storage.join(path, "metrics.jsonl"))
     diverged = s["status"] == "diverged"
     return {"diverged": diverged, "stalled": not diverged and s.get("learned_beyond_unigram") is False,
-            "loss": FAIL_LOSS if diverged else s.get("final_eval_loss"), "unigram": s.get("unigram_eval_loss"),
+            "loss": None if diverged else s.get("final_eval_loss"), "unigram": s.get("unigram_eval_loss"),
             "first": diags[0]["sublayers"] if diags and diags[0]["step"] == 0 else None,
             "last": diags[-1]["sublayers"] if diags else None, "summary": s,
             "diags": [(x["step"], x["sublayers"]) for x in diags],
-            "evals": [(m["step"], m["eval_loss"]) for m in metrics if "eval_loss" in m]}
+            "evals": [(m["step"], m["eval_loss"], m.get("eval_loss_subset", m["eval_loss"])) for m in metrics
+                      if "eval_loss" in m]}
 
   def _upto(self, r) -> int:
     return int(round(self.frac * r.steps))
 
   def loss(self, r, seed):
     run = self.run(r, seed)
-    if not run or run["diverged"] or self.frac >= 1.0:
-      return run and run["loss"]
-    evals = [(st, v) for st, v in run["evals"] if st <= self._upto(r)]
+    if not run or run["diverged"]:
+      return None
+    if self.frac >= 1.0 and not self.subset:
+      return run["loss"]
+    evals = [(st, sub if self.subset else full) for st, full, sub in run["evals"] if st <= self._upto(r)]
     return max(evals)[1] if evals else None
 
   def trained(self, r, seed) -> bool:
@@ -74,9 +103,17 @@ class Runs:
     return max(diags, key=lambda t: t[0])[1] if diags else None
 
   def init_path(self, variant: str, layers: int, seed: int) -> str:
+    if self.records_dir:
+      return storage.join(self.records_dir, self.corpus, "init", f"{variant}-{layers}l-s{seed}.json")
     sub = [] if self.corpus == "pystdlib" else [self.corpus]  # report v2's pystdlib files keep their place
     return storage.join(self.root, "init", *sub, f"{variant}-{layers}l-s{seed}.json")
 
   def init(self, variant: str, layers: int, seed: int):
     path = self.init_path(variant, layers, seed)
-    return wd.read_json(path, "init diagnostics")["sublayers"] if storage.exists(path) else None
+    if not storage.exists(path):
+      return None
+    if self.records_dir:
+      rec = records.read(path)
+      self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
+      return rec["sublayers"]
+    return wd.read_json(path, "init diagnostics")["sublayers"]

@@ -1,134 +1,215 @@
-"""Report v4's statistics: per part a paired one-sided t-test with a 95% confidence interval, its minimum detectable
-effect, whether the part's own statistic has settled, and Holm's correction over every part of the report.
+"""Report v4's statistics (second pass): per part a two-sided paired test, one Benjamini-Hochberg correction over
+every part of the report, intervals at the correction's level, the minimum detectable effect from the noncentral t,
+and a regime rule that is an equivalence test.
 
 Per part, x_s is the paired per-seed value (one seed gives every arm the same base weights and data order) times the
-claim's predicted sign, so that the claim predicts mean(x) > 0, over the seeds whose runs meet the part's condition
-(claims.Regime). With n of them, mean m, standard deviation sd and standard error se = sd / sqrt(n):
-- test: t = m / se with n - 1 degrees of freedom; p = P(T >= t), the one-sided p-value in the claim's direction,
-  and p_opp = P(T <= t), in the opposite one; 95% CI of the measured mean: m +- t_{0.975, n-1} se (unsigned).
-- correction: Holm-Bonferroni (Holm 1979) over all m parts of the report (both corpora), applied to the p's and,
-  separately, to the p_opp's; each family's familywise error rate is at most ALPHA.
-  **reproduced**: Holm-adjusted p < ALPHA; **not reproduced**: Holm-adjusted p_opp < ALPHA; **inconclusive**
-  otherwise.
-- minimum detectable effect: (t_{1 - ALPHA/m, n-1} + t_{POWER, n-1}) sd / sqrt(n), the true mean a one-sided test
-  at the Bonferroni level ALPHA/m (Holm's strictest step) detects with probability POWER (the usual approximation,
-  Cohen 1988, with t quantiles).
-- stability of the part's own statistic (issue 37, section 3): its mean over the judged seeds, read with every run
-  at CHECK_FRACS of its steps (the run's evals, and diagnostics, at 50%, 75% and 100%), has the same sign at each,
-  and its last change (75% -> 100%) is under one standard error of the final mean. A part whose statistic has
-  not settled is **out of regime**, and its row says what the values alone give ("out of regime (values: ...)").
-- seeds: a seed whose runs fail the part's condition is listed and left out; the part is judged on the rest when
-  at least MIN_SEEDS remain (or all planned, when fewer are planned), and is out of regime otherwise.
-- one stalled run decides nothing: if leaving out any one seed that has a stalled run changes the values verdict,
-  the part is inconclusive, and says so.
+claim's predicted sign, so that the claim predicts mean(x) > 0, over the seeds the design fixed for it in advance
+(claims.DESIGN, from the power table; no data-dependent second stage).
+- test: the two-sided one-sample t-test of mean(x) = 0 (scipy.stats.ttest_1samp); the call's direction is the sign
+  of the mean. Parts about stability count failures instead: the exact two-sided binomial test of the discordant
+  (cell, seed) pairs (McNemar's exact test, scipy.stats.binomtest), pooled over the part's declared cells.
+- correction: Benjamini-Hochberg at Q over every tested part of both corpora (scipy.stats.false_discovery_control),
+  which bounds the directional false discovery rate (Benjamini & Yekutieli 2005, section 5).
+  **reproduced**: BH-adjusted p < Q and the effect in the claim's direction; **not reproduced**: adjusted p < Q,
+  opposite direction; **inconclusive** otherwise.
+- intervals: the FCR-adjusted interval of Benjamini & Yekutieli (2005), at level 1 - R Q / m (R the number of calls
+  of the report, m its tested parts; R = 1 when there is none), printed beside the unadjusted 95% interval.
+- minimum detectable effect: the smallest true mean that the two-sided t-test at level `alpha` detects with
+  probability POWER, solved on the noncentral t distribution (scipy.stats.nct).
+- regime: a part is settled when the per-seed change of its own statistic over the last quarter of training
+  (75% -> 100% of each run's steps) is equivalent to zero within the part's declared tolerance: TOST (two one-sided
+  t-tests, Schuirmann 1987) at TOST_ALPHA, paired across seeds. A part not shown settled is **out of regime**.
+- failures: no seed is dropped for an outcome of an arm under test. Where such an arm failed (stalled or diverged) in
+  a seed and the statistic needs it trained, the part is judged on the other seeds, and the verdict stands only if the
+  worst case agrees: that seed given the least favourable difference observed in the other seeds (sensitivity()).
 """
 import math
+import warnings
 
 import numpy as np
+from scipy import integrate, optimize
 from scipy import stats as st
 
-ALPHA, POWER = 0.05, 0.80
-CHECK_FRACS = (0.5, 0.75, 1.0)
-MIN_SEEDS = 3
-MORE_SEEDS_SE = 3.0   # a part whose |mean| is within this many standard errors of 0 after the first seeds gets more
+Q, POWER, TOST_ALPHA = 0.05, 0.80, 0.05
+CHECK_FRACS = (0.5, 0.75, 1.0)   # the fractions of each run's steps at which a part's statistic is read
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME = "reproduced", "not reproduced", "inconclusive", \
     "out of regime"
-CORRECTION = ("Holm-Bonferroni over all {m} parts of the report (both corpora), for the claim's direction and, "
-              "separately, the opposite one")
+CORRECTION = ("Benjamini-Hochberg at q = {q} over all {m} tested parts of the report (both corpora), on two-sided "
+              "p-values (directional FDR); intervals FCR-adjusted (Benjamini & Yekutieli 2005) at {level:.2%}, the "
+              "unadjusted 95% beside them")
 
 
 def t_test(x) -> dict | None:
-  """The one-sided paired t-test of mean(x) > 0 (x already sign-adjusted). None below two values."""
+  """The two-sided one-sample t-test of mean(x) = 0 (x sign-adjusted: the claim predicts > 0). None below 2 values."""
   x = np.asarray(x, float)
   n = len(x)
   if n < 2:
     return None
   m, sd = float(x.mean()), float(x.std(ddof=1))
-  se = sd / math.sqrt(n)
-  if se == 0:
-    p = 0.0 if m > 0 else (1.0 if m < 0 else 0.5)
-    return {"n": n, "mean": m, "sd": sd, "se": se, "t": math.copysign(math.inf, m) if m else 0.0, "p": p,
-            "p_opp": 1.0 - p if m else 0.5, "half_ci": 0.0}
-  t = m / se
-  return {"n": n, "mean": m, "sd": sd, "se": se, "t": t, "p": float(st.t.sf(t, n - 1)),
-          "p_opp": float(st.t.cdf(t, n - 1)), "half_ci": float(st.t.ppf(0.975, n - 1) * se)}
+  if sd <= 1e-12 * max(1.0, abs(m)):  # identical values (to rounding)  # identical values: scipy's t is undefined; an exact nonzero effect is certain, zero says nothing
+    return {"kind": "t", "n": n, "mean": m, "sd": 0.0, "se": 0.0, "t": math.copysign(math.inf, m) if m else 0.0,
+            "df": n - 1, "p": 0.0 if m else 1.0, "direction": int(np.sign(m))}
+  r = st.ttest_1samp(x, 0.0)
+  return {"kind": "t", "n": n, "mean": m, "sd": sd, "se": sd / math.sqrt(n), "t": float(r.statistic),
+          "df": n - 1, "p": float(r.pvalue), "direction": int(np.sign(m)), "_x": x}
+
+
+def discordant_test(worse: int, better: int) -> dict | None:
+  """McNemar's exact test on the discordant pairs: `worse` (the claim's failure arm failed where its comparison
+  trained, counted in the claim's direction) against `better` (the reverse). Two-sided binomial test of 1/2.
+  None without a discordant pair."""
+  n = worse + better
+  if n == 0:
+    return None
+  r = st.binomtest(worse, n, 0.5)
+  ci = r.proportion_ci(0.95, method="exact")
+  return {"kind": "discordant", "n": n, "worse": worse, "better": better, "mean": worse / n - 0.5, "p": r.pvalue,
+          "direction": int(np.sign(worse - better)), "ci95": (ci.low - 0.5, ci.high - 0.5), "_binom": r}
+
+
+def interval(test: dict | None, level: float):
+  """The two-sided interval of the part's mean at `level` (sign-adjusted units), or None."""
+  if test is None:
+    return None
+  if test["kind"] == "discordant":
+    ci = test["_binom"].proportion_ci(level, method="exact")
+    return (ci.low - 0.5, ci.high - 0.5)
+  if test["se"] == 0:
+    return (test["mean"], test["mean"])
+  ci = st.ttest_1samp(test["_x"], 0.0).confidence_interval(level)
+  return (float(ci.low), float(ci.high))
+
+
+def _tail_power(d: float, n: int, alpha: float) -> float:
+  """P(|T| > t_{1-alpha/2, n-1}) for T noncentral t with n - 1 degrees of freedom and noncentrality d sqrt(n)."""
+  df, nc = n - 1, d * math.sqrt(n)
+  tc = st.t.ppf(1 - alpha / 2, df)
+  p = st.nct.sf(tc, df, nc) + st.nct.cdf(-tc, df, nc)
+  if np.isfinite(p):
+    return float(p)
+  # scipy's nct returns NaN far in its tails: the same probability as an integral over the chi-square variable
+  f = lambda v: st.chi2.pdf(v, df) * (st.norm.sf(tc * math.sqrt(v / df) - nc) + st.norm.cdf(-tc * math.sqrt(v / df) - nc))
+  return float(integrate.quad(f, 0, np.inf, limit=200)[0])
+
+
+def power(effect_sd: float, n: int, alpha: float) -> float:
+  """Exact power of the two-sided one-sample t-test at level alpha for a true mean of effect_sd standard deviations."""
+  return _tail_power(abs(effect_sd), n, alpha)
 
 
 def mde(sd: float, n: int, alpha: float) -> float | None:
-  if n < 2:
+  """The smallest true mean (in the units of sd) that the two-sided t-test at level alpha detects with probability
+  POWER, from the noncentral t."""
+  if n < 2 or not np.isfinite(sd):
     return None
-  return float((st.t.ppf(1 - alpha, n - 1) + st.t.ppf(POWER, n - 1)) * sd / math.sqrt(n))
+  hi = 1.0
+  while power(hi, n, alpha) < POWER:
+    hi *= 2
+  return float(optimize.brentq(lambda d: power(d, n, alpha) - POWER, 0.0, hi, xtol=1e-6) * sd)
 
 
-def holm(pvals: list[float]) -> list[float]:
-  """Holm's step-down adjusted p-values (monotone, capped at 1), in the input's order."""
-  m = len(pvals)
-  order = sorted(range(m), key=lambda i: pvals[i])
-  adj, running = [0.0] * m, 0.0
-  for rank, i in enumerate(order):
-    running = max(running, min(1.0, (m - rank) * pvals[i]))
-    adj[i] = running
-  return adj
+def tost_p(x, tol: float):
+  """TOST's p-value (the larger of the two one-sided t-tests' against -tol and +tol) over the last axis of x: the
+  equivalence of the mean to zero within +-tol. Vectorized: x [..., n] gives [...]. Identical values: 0 inside the
+  bounds, 1 outside."""
+  x = np.asarray(x, float)
+  with np.errstate(all="ignore"), warnings.catch_warnings():  # identical values: decided by `const` below
+    warnings.simplefilter("ignore", RuntimeWarning)
+    lo = st.ttest_1samp(x, -tol, axis=-1, alternative="greater").pvalue
+    hi = st.ttest_1samp(x, tol, axis=-1, alternative="less").pvalue
+  const = np.where(np.abs(x.mean(-1)) < tol, 0.0, 1.0)
+  return np.where(x.std(-1) > 1e-12 * np.maximum(1.0, np.abs(x.mean(-1))), np.maximum(lo, hi), const)
 
 
-def stable(means: dict, se_end: float | None) -> bool | None:
-  """means: frac -> mean of the statistic over the judged seeds. None: nothing to check (at init)."""
-  if not means:
+def tost(changes, tol: float) -> dict | None:
+  """Equivalence of the mean per-seed change to zero within +-tol, at TOST_ALPHA (Schuirmann 1987). settled: both
+  one-sided tests reject. None below two changes."""
+  x = np.asarray([c for c in changes if c is not None and np.isfinite(c)], float)
+  if len(x) < 2 or tol <= 0:
     return None
-  vals = [means.get(f) for f in CHECK_FRACS]
-  if any(v is None for v in vals) or se_end is None:
-    return False
-  same_sign = len({float(np.sign(v)) for v in vals}) == 1
-  return bool(same_sign and abs(vals[-1] - vals[-2]) <= max(se_end, 1e-9))  # 1e-9: rounding, when se is 0
+  p = float(tost_p(x, tol))
+  return {"n": len(x), "mean_change": float(x.mean()), "tol": tol, "p": p, "settled": p < TOST_ALPHA}
 
 
-def decide(test: dict | None, p_adj: float | None, p_opp_adj: float | None) -> str:
-  if test is None or p_adj is None:
+def sensitivity(x: dict, failed: list) -> dict | None:
+  """The worst case for seeds whose arm under test failed where the statistic needs it trained: each such seed at
+  the least favourable difference observed among the others (the smallest sign-adjusted value). Returns the test
+  with those values added, or None when nothing failed."""
+  if not failed or not x:
+    return None
+  worst = min(x.values())
+  return t_test(list(x.values()) + [worst] * len(failed))
+
+
+def bh(pvals: list[float]) -> list[float]:
+  """Benjamini-Hochberg adjusted p-values, in the input's order (scipy.stats.false_discovery_control)."""
+  return [float(p) for p in st.false_discovery_control(np.asarray(pvals, float), method="bh")] if pvals else []
+
+
+def excess_failures(worse: int, better: int) -> bool:
+  """Whether `worse` discordant failures are significantly more numerous than `better` (one-sided exact binomial
+  test at Q): the stability half of C6c-d's non-inferiority."""
+  n = worse + better
+  return bool(n) and st.binomtest(worse, n, 0.5, alternative="greater").pvalue < Q
+
+
+def design_level(m: int, calls: int) -> float:
+  """The two-sided level the power table designs for: BH's threshold for a further part once `calls` parts are
+  called among m (Q (calls + 1) / m would be its own step; Q calls / m is one step stricter)."""
+  return Q * max(calls, 1) / m
+
+
+def power_table(design: dict, block_seeds: dict, m: int, calls: int) -> list[dict]:
+  """Per part (design: (claim, label) -> claims.Design): the pilot sd, its seeds, the MDE at 80% power at the design
+  level, the effect of interest, the power at that effect, and whether the design can decide it (MDE <= effect).
+  Discordant-count parts (no pilot sd) have none."""
+  level = design_level(m, calls)
+  rows = []
+  for (cid, label), p in design.items():
+    n = block_seeds[p.block]
+    ok = np.isfinite(p.pilot_sd) and p.pilot_sd > 0
+    mde_ = mde(p.pilot_sd, n, level) if ok else None
+    rows.append({"part": f"{cid}{label}", "pilot_sd": p.pilot_sd if ok else None, "n": n, "level": level,
+                 "mde": mde_, "effect": p.effect, "power": power(p.effect / p.pilot_sd, n, level) if ok else None,
+                 "decidable": None if mde_ is None else mde_ <= p.effect})
+  return rows
+
+
+def calls(pvals, directions) -> list[str]:
+  """The report's decisions from its tested parts' two-sided p-values and directions: BH over all of them, then
+  decide(). The one place the correction is applied (finalize uses it; the global-null test calls it directly)."""
+  return [INCONCLUSIVE if a >= Q or d == 0 else (REPRODUCED if d > 0 else NOT_REPRODUCED)
+          for a, d in zip(bh(list(pvals)), directions)]
+
+
+def decide(test: dict | None, p_adj: float | None) -> str:
+  if test is None or p_adj is None or p_adj >= Q or test["direction"] == 0:
     return INCONCLUSIVE
-  if p_adj < ALPHA:
-    return REPRODUCED
-  if p_opp_adj < ALPHA:
-    return NOT_REPRODUCED
-  return INCONCLUSIVE
+  return REPRODUCED if test["direction"] > 0 else NOT_REPRODUCED
 
 
-def finalize(parts: list[dict]) -> int:
-  """Applies the correction over these parts (every part of the report) and sets each part's p_adj, mde,
-  values_verdict and verdict. Returns m, the number of tested parts."""
+def finalize(parts: list[dict]) -> dict:
+  """Applies the one correction over these parts (every part of the report) and sets each part's p_adj, verdicts,
+  intervals and MDE. Returns {"m": tested parts, "calls": R, "level": the FCR interval level}."""
   tested = [p for p in parts if p["test"] is not None]
+  for p, a in zip(tested, bh([p["test"]["p"] for p in tested])):
+    p["p_adj"] = a
   m = max(len(tested), 1)
-  for p, a, b in zip(tested, holm([p["test"]["p"] for p in tested]), holm([p["test"]["p_opp"] for p in tested])):
-    p["p_adj"], p["p_opp_adj"] = a, b
+  for p in parts:
+    p.setdefault("p_adj", None)
+    p["values_verdict"] = decide(p["test"], p["p_adj"])
+  calls = sum(p["values_verdict"] != INCONCLUSIVE for p in parts)
+  level = 1 - max(calls, 1) * Q / m
   for p in parts:
     t = p["test"]
-    p.setdefault("p_adj", None)
-    p.setdefault("p_opp_adj", None)
-    p["mde"] = mde(t["sd"], t["n"], ALPHA / m) if t else None
-    p["values_verdict"] = decide(t, p["p_adj"], p["p_opp_adj"])
-    p["fragile"] = p["values_verdict"] != INCONCLUSIVE and _rests_on_one_stalled_run(p)
-    if p["fragile"]:
-      p["values_verdict"] = INCONCLUSIVE
-    p["verdict"] = OUT_OF_REGIME if not p["in_regime_ok"] else p["values_verdict"]
-  return m
-
-
-def _rests_on_one_stalled_run(p: dict) -> bool:
-  """Whether leaving out one seed that has a stalled run changes the values verdict (at the part's own Holm
-  factor, adjusted p / p)."""
-  t, x = p["test"], p["x"]
-  f = p["p_adj"] / t["p"] if t["p"] > 0 else 1.0
-  f_opp = p["p_opp_adj"] / t["p_opp"] if t["p_opp"] > 0 else 1.0
-  for s in p["stalled_seeds"]:
-    if s not in x:
-      continue
-    t2 = t_test([v for k, v in x.items() if k != s])
-    v2 = decide(t2, t2 and min(1.0, t2["p"] * f), t2 and min(1.0, t2["p_opp"] * f_opp))
-    if v2 != p["values_verdict"]:
-      return True
-  return False
-
-
-def needs_more_seeds(p: dict, first: int) -> bool:
-  """After the design's first seeds: the effect lies within MORE_SEEDS_SE standard errors of zero."""
-  t = p["test"]
-  return t is not None and t["n"] <= first and abs(t["mean"]) < MORE_SEEDS_SE * t["se"]
+    p["ci"], p["ci95"] = interval(t, level), interval(t, 0.95)
+    p["mde"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
+    if p["values_verdict"] != INCONCLUSIVE and p.get("worst") is not None:  # the worst case must agree
+      w = p["worst"]
+      p["worst_verdict"] = decide(w, min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0)))
+      if p["worst_verdict"] != p["values_verdict"]:
+        p["values_verdict"] = INCONCLUSIVE
+    if p.get("veto") and p["values_verdict"] == REPRODUCED:  # C6c-d: significantly more failures than the control
+      p["values_verdict"] = NOT_REPRODUCED
+    p["verdict"] = p["values_verdict"] if p.get("settled") is not False else OUT_OF_REGIME
+  return {"m": len(tested), "calls": calls, "level": level}

@@ -1,0 +1,114 @@
+"""resnorm/results/records.py: the report rebuilt from run records alone (a committed set from real test-size runs,
+every kind of part), identical apart from the line that says when it was generated; records of differing code
+fingerprints refused unless accepted; a truncated or hand-edited record refused by name; a finished run's record
+written from its workdir, and points that have one left out of the sweep."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from resnorm.results import grid, records
+from test_cli import ENV, ROOT
+
+sys.path.insert(0, ROOT)
+from configs.sweeps import results as sweep_file  # noqa: E402
+
+COMMITTED = os.path.join(ROOT, "tests", "data", "records_test")
+
+
+def _report(records_dir, out, *more):
+  env = {**ENV, grid.SIZE_ENV: "test"}
+  return subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--records={records_dir}",
+                         f"--out={out}", *more], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_report_rebuilds_from_records_alone(tmp_path):
+  """No run and no init diagnostics: every claim of both corpora, every figure, and the same page twice but for its
+  first line."""
+  pages = []
+  for k in range(2):
+    out = tmp_path / f"out{k}"
+    r = _report(COMMITTED, out)
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-2000:]
+    assert not (tmp_path / "runs").exists()
+    pages.append((out / "results.md").read_text())
+  a, b = (p.split("\n", 3) for p in pages)
+  assert a[2].startswith("Generated ") and a[3] == b[3]
+  text = pages[0]
+  assert "Read from the run records in" in text and "| part | block | pilot sd |" in text
+  for cid in range(1, 11):
+    assert f"### C{cid}" in text
+  assert "no record yet" not in text  # the committed set is the whole test design
+  d = grid.design(sweep_file.FULL, "test")
+  names = {grid.run_name(r_, s, c) + ".json" for c, r_, s in grid.points(d)}
+  assert names == {f for c in grid.CORPORA for f in os.listdir(os.path.join(COMMITTED, c)) if f.endswith(".json")}
+  size = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(COMMITTED) for f in fs)
+  assert size < 2_000_000
+
+
+def _copy(tmp_path):
+  dst = tmp_path / "records"
+  shutil.copytree(COMMITTED, dst)
+  return dst, sorted((dst / "pystdlib").glob("*.json"))[0]
+
+
+def test_records_of_another_code_are_refused_unless_accepted(tmp_path):
+  dst, path = _copy(tmp_path)
+  rec = json.loads(path.read_text())
+  rec["fingerprint"] = "0" * 16
+  rec["digest"] = records._digest(rec)
+  path.write_text(json.dumps(rec))
+  r = _report(dst, tmp_path / "out")
+  assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert "2 fingerprints" in r.stderr and "0000000000000000 (1 records)" in r.stderr
+  assert not (tmp_path / "out" / "results.md").exists()
+  r = _report(dst, tmp_path / "out", "--accept_fingerprints")
+  assert r.returncode == 0 and "0000000000000000 (1 records)" in r.stdout
+
+
+@pytest.mark.parametrize("damage", ["truncated", "edited"])
+def test_a_damaged_record_is_refused_by_name(tmp_path, damage):
+  dst, path = _copy(tmp_path)
+  text = path.read_text()
+  if damage == "truncated":
+    path.write_text(text[: len(text) // 2])
+  else:
+    rec = json.loads(text)
+    rec["final_eval_loss"] = (rec["final_eval_loss"] or 3.0) - 0.5
+    path.write_text(json.dumps(rec))
+  r = _report(dst, tmp_path / "out")
+  assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert path.name in r.stderr and ("truncated" if damage == "truncated" else "edited") in r.stderr
+
+
+def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
+  from test_results import _fake_run
+  d = grid.design(sweep_file.FULL, "test")
+  (c, r, s), (c2, r2, s2) = grid.points(d)[:2]
+  _fake_run(tmp_path / "runs", r, s, 3.0, cos=[0.9, 0.8], corpus=c)
+  _fake_run(tmp_path / "runs", r2, s2, None, status="running", corpus=c2)
+  recs = str(tmp_path / "records")
+  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 1  # the running one waits
+  rec = records.read(grid.record_path(recs, c, grid.run_name(r, s, c)))
+  assert rec["recipe"] == list(r) and rec["seed"] == s and rec["final_eval_loss"] == 3.0
+  assert rec["diags"][0]["sublayers"][0]["cos_next_median"] == 0.9 and rec["fingerprint"] == "f" * 16
+  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 0  # written once
+  monkeypatch.setenv(grid.RECORDS_ENV, recs)
+  added = []
+  grid.add_points(lambda **kw: added.append(kw["name"]), d)
+  assert grid.run_name(r, s, c) not in added and len(added) == len(grid.points(d)) - 1
+
+
+def test_fingerprint_follows_the_code_that_decides_a_run(tmp_path):
+  for p in ("resnorm/model", "resnorm/results", "configs"):
+    shutil.copytree(os.path.join(ROOT, p), tmp_path / p, ignore=shutil.ignore_patterns("__pycache__"))
+  fp = records.fingerprint(str(tmp_path))
+  with open(tmp_path / "resnorm" / "results" / "claims.py", "a") as f:
+    f.write("# the report's code does not decide a run's numbers\n")
+  assert records.fingerprint(str(tmp_path)) == fp
+  with open(tmp_path / "resnorm" / "model" / "norms.py", "a") as f:
+    f.write("# the model's does\n")
+  assert records.fingerprint(str(tmp_path)) != fp
