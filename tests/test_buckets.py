@@ -91,6 +91,9 @@ def test_files_glob_and_tensorboard_in_a_bucket(gcs):
   assert wd.read_json(f"{base}/a/summary.json", "s") == {"status": "completed", "x": "inf"}
   assert storage.glob(f"{base}/*/summary.json") == [f"{base}/a/summary.json", f"{base}/b/summary.json"]
   assert storage.glob(f"{base}/[a]") == [f"{base}/a"]
+  # a "glob" that is a literal path matches that object, or nothing when it is missing
+  assert storage.glob(f"{base}/a/summary.json") == [f"{base}/a/summary.json"]
+  assert storage.glob(f"{base}/a/missing.json") == []
   with pytest.raises(wd.InputError, match="does not exist"):
     wd.read_json(f"{base}/c/summary.json", "summary")
 

@@ -300,3 +300,37 @@ def test_files_source_scores_the_stratified_eval_set(tmp_path, shards):
   assert trainer.train(cfg, out) == 0
   summary = json.load(open(f"{out}/summary.json"))
   assert summary["eval_tokens"] >= 2048 and summary["eval_loss_se"] > 0
+
+
+# ---- the eval set's rows (issue 50: behaviours a planted bug could break unseen) -------------------------------------
+
+def test_stratified_rows_are_windows_of_whole_documents_reaching_their_end():
+  """The validation split is never cut into pieces: each row is a window of one whole document (with its BOS), a
+  document's windows run from its start to its end (the last ends within one row of it), and a document shorter
+  than a row is one padded row whose PAD targets are never scored, though the input before the first is a byte."""
+  rng = np.random.default_rng(0)
+  docs = [rng.integers(0, 250, n) for n in (300, 40, 1000)]  # random bytes: every window occurs once
+  tok, owner = data.stratified_rows(docs, 16, 600, with_docs=True)
+  assert list(np.bincount(owner)) != [0] and set(owner) == {0, 1, 2}
+  for i, d in enumerate(docs):
+    full = np.concatenate([[data.BOS], d]).astype(np.int32)
+    rows = tok[owner == i]
+    offs = []
+    for r in rows:
+      real = r[r != data.PAD]
+      found = [o for o in range(full.size - real.size + 1) if np.array_equal(full[o:o + real.size], real)]
+      assert found, (i, r)
+      offs.append(found[0])
+    assert offs[0] == 0 and (full.size < 17 or full.size - (offs[-1] + 17) < 17), (i, offs, full.size)
+  short = data._batched(*data.stratified_rows([np.arange(1, 6)], 16, 16, with_docs=True), np.arange(1), 4)[0]
+  row = 0
+  last_byte = int(np.flatnonzero(short["inputs"][row] != data.PAD).max())
+  assert short["targets"][row, last_byte] == data.PAD and short["inputs"][row, last_byte] != data.PAD
+  np.testing.assert_array_equal(short["mask"], (short["targets"] != data.PAD).astype(np.float32))
+  assert short["mask"][row, last_byte] == 0
+
+
+def test_allocation_gives_every_document_a_row_first_even_when_rows_equal_documents():
+  np.testing.assert_array_equal(data.allocate(3, [1, 1, 1000], [5, 5, 5]), [1, 1, 1])
+  np.testing.assert_array_equal(data.allocate(3, [1000, 1, 1], [5, 5, 5]), [1, 1, 1])
+  np.testing.assert_array_equal(data.allocate(2, [1, 1, 1000], [5, 5, 5]), [0, 0, 2])  # fewer rows than documents

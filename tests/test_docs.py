@@ -360,3 +360,15 @@ def test_help_lists_the_flags_defined_in_other_modules(help_texts):
       assert re.search(rf"--{re.escape(flag)}: \S", text), (name, flag)
   assert "--residuals:" in help_texts["resnorm.bench"][1] and "--dry_run:" not in help_texts["eval.py"][1]
   assert "--[no]dry_run:" in help_texts["train.py"][1] and "--generate:" in help_texts["eval.py"][1]
+
+
+def test_short_help_is_the_same_help(help_texts):
+  """`-h` works like `--help` for every command: the same flag listing, exit 0."""
+  import subprocess
+  import sys
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  for name, argv in COMMANDS.items():
+    r = subprocess.run([sys.executable, *argv, "-h"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (name, r.stderr[-1000:])
+    flags = set(re.findall(r"--(?:\[no\])?([\w.]+):", help_texts[name][1]))
+    assert flags and flags == set(re.findall(r"--(?:\[no\])?([\w.]+):", r.stdout + r.stderr)), name

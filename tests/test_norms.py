@@ -137,3 +137,38 @@ def test_every_placement_runs_norm_free_but_ngpt_is_refused():
     configlib.validate(cfg)
     _, _, _, logits = init_and_apply(cfg)
     assert np.isfinite(np.asarray(logits)).all(), name
+
+
+@pytest.mark.parametrize("kernels_name", ["reference", "xla_cpu"])
+def test_norm_project_follows_the_norm_stats_dtype(kernels_name):
+  """HC's fused stream-norm projection (norm_project) honours model.norm_stats_dtype like every other norm: with
+  `compute` its statistics are bfloat16's (the norm module, then the matmul), with `float32` the kernel's float32
+  ones; on inputs whose bfloat16 statistics are coarse the two differ, and each equals its own path."""
+  import flax.linen as nn
+  import ml_collections
+  from resnorm.model import kernels, norms
+
+  class P(nn.Module):
+    cfg: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, x, w):
+      return norms.norm_project(self.cfg, "n", x, w, kernels.get(kernels_name))
+
+  class M(nn.Module):
+    cfg: ml_collections.ConfigDict
+
+    @nn.compact
+    def __call__(self, x, w):
+      return norms.make_norm(self.cfg, "n")(x).astype(jnp.float32).reshape(-1, x.shape[-1]) @ w
+
+  x = (1000.0 + jax.random.normal(jax.random.key(0), (2, 3, 64)) * 3).astype(jnp.bfloat16)
+  w = jax.random.normal(jax.random.key(1), (64, 6))
+  out = {}
+  for stats in ("float32", "compute"):
+    cfg = ml_collections.ConfigDict({"norm": "layernorm", "norm_eps": 1e-5, "norm_stats_dtype": stats})
+    params = P(cfg).init(jax.random.key(2), x, w)
+    out[stats] = np.asarray(P(cfg).apply(params, x, w)).reshape(-1, 6)
+    via_module = np.asarray(M(cfg).apply(params, x, w))
+    np.testing.assert_allclose(out[stats], via_module, rtol=2e-2, atol=2e-2)
+  assert np.max(np.abs(out["float32"] - out["compute"])) > 0.5

@@ -100,6 +100,8 @@ MATRICES = {"q", "k", "v", "o", "wi", "wo", "head"}
 DECAYED = {"pre_norm": MATRICES, "post_norm": MATRICES, "peri_norm": MATRICES, "deepnorm": MATRICES,
            "rezero": MATRICES, "ln_scaling": MATRICES, "mix_ln": MATRICES,
            "hc": MATRICES | {"w_alpha", "w_beta"}, "mhc": MATRICES | {"phi"}, "mhc_lite": MATRICES | {"phi"},
+           # Frac-Connections' dynamic weights as HC's (docs/variants.md); its static A and beta are not decayed
+           "frac_hc": MATRICES | {"w_alpha", "w_beta"},
            "admin": MATRICES, "resi_dual": MATRICES, "hybrid_norm": MATRICES, "ngpt": MATRICES,
            # the DenseFormer authors' DWA weights are nn.Linear weights, decayed (residual/denseformer.py)
            "denseformer": MATRICES | {"alpha"}}

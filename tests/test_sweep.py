@@ -134,3 +134,30 @@ def test_package_corpora_are_built_once_before_points_start_together(monkeypatch
                              pt("d", **{"data.name": "text_files", "data.paths": "x*.txt"})], ROOT)
   assert [(n, s) for n, _, s in calls] == [("pystdlib", "train"), ("pystdlib", "train")]
   assert calls[1][1] == "/elsewhere"
+
+
+def test_preflight_checks_every_distinct_data_source_name_and_paths(tmp_path, text_corpus):
+  """Two points with the same data.name and different globs: the second's, which matches nothing, is refused."""
+  from resnorm.core.errors import InputError
+  from resnorm.sweep import preflight
+  pt = lambda name, paths: {"config": "configs/tiny.py", "name": name,
+                            "overrides": {"data.name": "text_files", "data.paths": paths}}
+  preflight.check_points([pt("a", text_corpus), pt("b", text_corpus)], ROOT)
+  with pytest.raises(InputError, match="point 'b': data.paths: .* matches no file"):
+    preflight.check_points([pt("a", text_corpus), pt("b", str(tmp_path / "none*.txt"))], ROOT)
+
+
+def test_corpora_are_built_first_from_two_jobs_on(tmp_path, monkeypatch):
+  """--jobs=2 (not only above 2) builds each package corpus before the points start together; one job or one point
+  needs nothing built ahead."""
+  from resnorm.sweep import sweep as sweep_lib
+  assert sweep_lib.build_corpora_first(2, 2) and sweep_lib.build_corpora_first(3, 5)
+  assert not sweep_lib.build_corpora_first(1, 5) and not sweep_lib.build_corpora_first(2, 1)
+
+
+def test_slurm_dry_run_checks_every_point_before_writing_its_script(tmp_path):
+  root = tmp_path / "runs"
+  r = sweep("configs/sweeps/smoke.py", f"--root={root}", "--launcher=slurm", "--dry_run",
+            env={**ENV, "RESNORM_SMOKE_DATA": str(tmp_path / "nomatch*.txt")})
+  assert r.returncode == 2 and "matches no file" in r.stderr, r.stderr[-2000:]
+  assert not (root / "sweep.sbatch").exists() and not root.exists()

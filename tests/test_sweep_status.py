@@ -16,7 +16,7 @@ def _root(tmp_path):
   """done: completed and learned; flat: completed, did not; nan: diverged; stopped: exit 4; bad: exit 2, no
   summary; live: summary says running, nothing else known; new: nothing."""
   root = tmp_path / "runs"
-  summaries = {"done": {"status": "completed", "learned_beyond_unigram": True},
+  summaries = {"done": {"status": "completed"},  # a summary from before the unigram verdict: completed, not stalled
                "flat": {"status": "completed", "learned_beyond_unigram": False},
                "nan": {"status": "diverged"}, "stopped": {"status": "preempted"}, "live": {"status": "running"}}
   for name, s in summaries.items():
@@ -51,6 +51,7 @@ def test_running_without_exit_is_failed_once_a_scheduler_knows_it_ended(tmp_path
 
 def test_bad_slurm_flags_are_one_line_and_exit_2(tmp_path):
   for flag, words in (("--slurm.nodes=0", "--slurm.nodes=0"), ("--slurm.concurrency=-1", "--slurm.concurrency"),
+                      ("--slurm.signal_s=0", "--slurm.signal_s=0 must be >= 1"),
                       ("--slurm.extra='--qos", "--slurm.extra")):
     r = subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/smoke.py", f"--root={tmp_path}",
                         "--launcher=slurm", "--dry_run", flag], cwd=ROOT, env=ENV, capture_output=True, text=True,

@@ -146,3 +146,16 @@ def test_too_large_for_a_v5e_chip_is_refused_with_a_setting_compiled_by_the_tpu_
   # the suggestion's figure is the TPU compiler's: planning that setting by itself gives the same peak
   again = _train_py(*TOO_LARGE, "--config.mesh.data=1", "--config.mesh.fsdp=-1", "--target=v5e-8", "--json")
   assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])["peak"] == fix["peak"]
+
+
+def test_the_childs_stderr_loses_only_libtpus_noise(capsys):
+  """Between the compiler child and the user (memplan._forward_stderr): on one stream, libtpu's no-TPU-here lines
+  are dropped and the child's own lines, its errors included, pass through in order."""
+  import io
+  from resnorm.plan import memplan
+  stream = io.StringIO("Logging before InitGoogle() is written to STDERR\n"
+                       "error: model.num_layers=0 must be >= 1\n"
+                       "E0000 could not determine TPU accelerator type\n"
+                       "compiler: tpu (libtpu 0.0.50.1)\n")
+  memplan._forward_stderr(stream)
+  assert capsys.readouterr().err == "error: model.num_layers=0 must be >= 1\ncompiler: tpu (libtpu 0.0.50.1)\n"

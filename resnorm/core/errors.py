@@ -47,6 +47,8 @@ def run_app(main) -> None:
       logging.set_verbosity(logging.WARNING)
     return main(argv)
 
+  # absl knows --help but not -h or -?: the same help, not "Unknown command line flag 'h'"
+  sys.argv = [("--help" if a in ("-h", "-?") else a) for a in sys.argv]
   try:
     app.run(quiet_main)
   except SystemExit as e:  # absl ends --help with exit 1; asked-for help is a success, as in train.py and eval.py

@@ -109,6 +109,11 @@ def _slurm(points: list[dict], root: str, sweep_file: str) -> int:
   return 0
 
 
+def build_corpora_first(jobs: int, points: int) -> bool:
+  """Whether the package corpora are built before the points start: whenever two or more may start together."""
+  return jobs > 1 and points > 1
+
+
 @cli_main
 def main(argv) -> int:
   check(len(argv) == 2, "usage: python -m resnorm.sweep configs/sweeps/NAME.py --root=DIR [--jobs=K] [--dry_run] "
@@ -131,7 +136,7 @@ def main(argv) -> int:
       print(shlex.join(command(p, FLAGS.root)))
     return 0
   todo = [p for p in points if status(FLAGS.root, p["name"]) not in DONE]
-  if FLAGS.jobs > 1 and len(todo) > 1:
+  if build_corpora_first(FLAGS.jobs, len(todo)):
     preflight.prepare_corpora(todo, ROOT)  # once, before points start together
   print(f"{len(points)} points, {len(points) - len(todo)} already done, running {len(todo)} "
         f"({FLAGS.jobs} at a time)", flush=True)
