@@ -112,3 +112,20 @@ def test_fingerprint_follows_the_code_that_decides_a_run(tmp_path):
   with open(tmp_path / "resnorm" / "model" / "norms.py", "a") as f:
     f.write("# the model's does\n")
   assert records.fingerprint(str(tmp_path)) != fp
+
+
+def test_parts_without_their_runs_read_pending(tmp_path):
+  """A partial grid: the parts that read a run whose record is missing say `pending` (no test enters the correction
+  for them), the others are judged; the missing run is listed."""
+  dst, _ = _copy(tmp_path)
+  d = grid.design(sweep_file.FULL, "test")
+  r = grid.ref_long(d, "post_norm", max(d["depths"]))
+  gone = grid.run_name(r, 0, "pystdlib")
+  os.remove(dst / "pystdlib" / f"{gone}.json")
+  out = tmp_path / "out"
+  res = _report(dst, out)
+  assert res.returncode == 0, res.stderr[-2000:]
+  text = (out / "results.md").read_text()
+  c4 = next(l for l in text.splitlines() if l.startswith("| [C4]"))
+  assert c4.split("|")[3].strip().startswith("**pending**") and not c4.split("|")[4].strip().startswith("**pending")
+  assert f"`{gone}` (no record yet: pending)" in text

@@ -22,15 +22,18 @@ from resnorm.results.design import BLOCK_SEEDS, DESIGN, DESIGN_CALLS, GAIN_TOL, 
 from resnorm.results.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos_spread,  # noqa: F401
                                    discordant_part, log_ratio, max_log_gain, median_cos, part, slope, trained)
 from resnorm.results.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
-from resnorm.results.verdicts import INCONCLUSIVE, NOT_REPRODUCED, OUT_OF_REGIME, REPRODUCED
+from resnorm.results.verdicts import INCONCLUSIVE, NOT_REPRODUCED, OUT_OF_REGIME, PENDING, REPRODUCED
 
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME)
-COMBINE_RULE = ("A claim is **not reproduced** if any part is; else **reproduced** if every part is; else **out of "
-                "regime** if any part is; else **inconclusive**.")
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME, PENDING)
+COMBINE_RULE = ("A claim is **pending** while a run any part reads has not finished; else **not reproduced** if any "
+                "part is; else **reproduced** if every part is; else **out of regime** if any part is; else "
+                "**inconclusive**.")
 
 
 def combine(vs) -> str:
   vs = list(vs)
+  if PENDING in vs:
+    return PENDING
   if NOT_REPRODUCED in vs:
     return NOT_REPRODUCED
   if vs and all(v == REPRODUCED for v in vs):

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from resnorm.results import verdicts
+from resnorm.results import grid, verdicts
 from resnorm.results.design import DESIGN, seeds
 
 # ---- per-seed quantities (None when a run they need is missing or has no value) -----------------------------------
@@ -92,6 +92,10 @@ def part(R, d, cid, label, what, sign, fn, control: Control = NONE, needs=lambda
       failed.append(s)
     else:
       missing.append(s)
+  designed = grid.blocks(R.d)
+  # pending: a run of the design that this part reads has not finished yet (a statistic with no value for another
+  # reason, or a run outside this size's design, is not waited for)
+  pending = any(r in designed and R.run(r, k) is None for s in missing for r, k in touched[s])
   x = {s: sign * v for s, v in values.items()}
   test = verdicts.t_test(list(x.values()))
   reads_runs = any(touched.values())
@@ -99,7 +103,7 @@ def part(R, d, cid, label, what, sign, fn, control: Control = NONE, needs=lambda
          "control": control.text, "left_out": left_out, "failed": failed, "missing": missing, "x": x,
          "test": test, "worst": verdicts.sensitivity(x, failed), "design": design, "reads_runs": reads_runs,
          "recipes": sorted({r for keys in touched.values() for r, _ in keys}, key=repr),
-         "failures": _failure_counts(R, touched)}
+         "failures": _failure_counts(R, touched), "pending": pending}
   out.update(_regime(R, fn, x, sign, design.tol) if reads_runs and design.tol is not None and x else
              {"trajectory": {}, "regime": None, "settled": None})
   out["note"] = note(out) if note else ""
@@ -141,11 +145,12 @@ def discordant_part(R, d, cid, label, what, cells, worse_arm, better_arm):
   planned = seeds(d, cid, label)
   worse = better = 0
   pairs, missing = 0, 0
+  designed = grid.blocks(R.d)
   for c in cells:
     for s in planned:
       a, b = R.run(c, s), R.run(c._replace(variant=better_arm), s)
       if not (a and b):
-        missing += 1
+        missing += c in designed and (not a or not b)
         continue
       pairs += 1
       ta, tb = R.trained(c, s), R.trained(c._replace(variant=better_arm), s)
@@ -156,7 +161,7 @@ def discordant_part(R, d, cid, label, what, cells, worse_arm, better_arm):
           "left_out": [], "failed": [], "missing": [], "missing_pairs": missing, "x": {}, "test": test, "worst": None,
           "design": design, "reads_runs": True, "recipes": sorted(set(cells), key=repr),
           "failures": {}, "trajectory": {}, "regime": None, "settled": None, "pairs": pairs,
-          "discordant": (worse, better),
+          "discordant": (worse, better), "pending": missing > 0,
           "note": f"{pairs} (cell, seed) pairs: {worse_arm} failed where {better_arm} trained in {worse}, the reverse "
                   f"in {better}"}
 

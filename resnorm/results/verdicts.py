@@ -34,6 +34,7 @@ Q, POWER, TOST_ALPHA = 0.05, 0.80, 0.05
 CHECK_FRACS = (0.5, 0.75, 1.0)   # the fractions of each run's steps at which a part's statistic is read
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME = "reproduced", "not reproduced", "inconclusive", \
     "out of regime"
+PENDING = "pending"  # a run the part reads has not finished (its record is missing): no test, no verdict yet
 CORRECTION = ("Benjamini-Hochberg at q = {q} over all {m} tested parts of the report (both corpora), on two-sided "
               "p-values (directional FDR); intervals FCR-adjusted (Benjamini & Yekutieli 2005) at {level:.2%}, the "
               "unadjusted 95% beside them")
@@ -191,25 +192,25 @@ def decide(test: dict | None, p_adj: float | None) -> str:
 def finalize(parts: list[dict]) -> dict:
   """Applies the one correction over these parts (every part of the report) and sets each part's p_adj, verdicts,
   intervals and MDE. Returns {"m": tested parts, "calls": R, "level": the FCR interval level}."""
-  tested = [p for p in parts if p["test"] is not None]
+  tested = [p for p in parts if p["test"] is not None and not p.get("pending")]
   for p, a in zip(tested, bh([p["test"]["p"] for p in tested])):
     p["p_adj"] = a
   m = max(len(tested), 1)
   for p in parts:
     p.setdefault("p_adj", None)
-    p["values_verdict"] = decide(p["test"], p["p_adj"])
-  calls = sum(p["values_verdict"] != INCONCLUSIVE for p in parts)
+    p["values_verdict"] = PENDING if p.get("pending") else decide(p["test"], p["p_adj"])
+  calls = sum(p["values_verdict"] in (REPRODUCED, NOT_REPRODUCED) for p in parts)
   level = 1 - max(calls, 1) * Q / m
   for p in parts:
     t = p["test"]
     p["ci"], p["ci95"] = interval(t, level), interval(t, 0.95)
     p["mde"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
-    if p["values_verdict"] != INCONCLUSIVE and p.get("worst") is not None:  # the worst case must agree
+    if p["values_verdict"] in (REPRODUCED, NOT_REPRODUCED) and p.get("worst") is not None:  # must agree
       w = p["worst"]
       p["worst_verdict"] = decide(w, min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0)))
       if p["worst_verdict"] != p["values_verdict"]:
         p["values_verdict"] = INCONCLUSIVE
     if p.get("veto") and p["values_verdict"] == REPRODUCED:  # C6c-d: significantly more failures than the control
       p["values_verdict"] = NOT_REPRODUCED
-    p["verdict"] = p["values_verdict"] if p.get("settled") is not False else OUT_OF_REGIME
+    p["verdict"] = p["values_verdict"] if p.get("settled") is not False or p.get("pending") else OUT_OF_REGIME
   return {"m": len(tested), "calls": calls, "level": level}
