@@ -184,7 +184,8 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
 
   from resnorm.results import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
   read = claims.Runs._read(run)
-  assert read["loss"] == final_eval and read["evals"] == [(s, e) for s, _, e in _losses(local) if e is not None]
+  assert read["loss"] == final_eval and [(st, full) for st, full, _ in read["evals"]] == [
+      (s, e) for s, _, e in _losses(local) if e is not None]
 
   from resnorm.results import sweep_report  # eval.py --sweep's work, here in-process
   rows = sweep_report.report(f"gs://{BUCKET}/runs/*", f"gs://{BUCKET}/table")
