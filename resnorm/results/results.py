@@ -160,17 +160,11 @@ def run_counts(Rs, d) -> dict:
 
 
 def machine() -> str:
-  """This machine, in words: CPU model, cores, OS, Python and jax versions."""
+  """This machine, in words: CPU model and cores (as a run record names them), OS, Python and jax versions."""
   import platform
-  model = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), model)
-  except OSError:
-    pass
   import jax
-  return (f"{model}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python "
-          f"{platform.python_version()}, jax {jax.__version__}")
+  return (f"{records.machine()}, {platform.system()} {platform.release()}, Python {platform.python_version()}, "
+          f"jax {jax.__version__}")
 
 
 def _when(ts) -> str:
