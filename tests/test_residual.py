@@ -175,6 +175,31 @@ def test_hc_mix_tap_is_the_matrix_that_moved_the_streams(dynamic):
     np.testing.assert_allclose(mix, np.broadcast_to(a_r.T, mix.shape), rtol=1e-6)
 
 
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_frac_hc_mix_tap_is_the_matrix_that_moved_the_fractions(dynamic):
+  """Frac-Connections' `mix` tap, the matrix the diagnostics and mixing figure show, acts from the left on the
+  fractions: at a non-symmetric A_r and a zero branch, H'_k = sum_i mix[k, i] H_i reproduces the update, and for
+  static weights mix == A_r^T read off the params (rows: output fractions, columns: input fractions)."""
+  from resnorm.model.residual.frac import FracConnection
+  m, d = 3, 24
+  cfg = configlib.model_config(tiny_config("frac_hc", 1, **{"model.frac_hc.dynamic": dynamic,
+                                                             "model.frac_hc.m": m}))
+  rng = np.random.default_rng(1)
+  x = jnp.asarray(rng.standard_normal((2, 5, d)), jnp.float32)
+  branch = lambda u: 0.0 * u
+  params = jax.tree.map(lambda a: a + 0.5 * jnp.asarray(rng.standard_normal(a.shape), jnp.float32),
+                        FracConnection(cfg).init(jax.random.key(1), x, branch, lambda u: u, 0, 0))
+  a_r = np.array([[0.9, 0.6, 0.0], [0.0, 1.1, -0.4], [0.3, 0.0, 0.8]])  # far from symmetric
+  params["params"]["static_alpha"] = params["params"]["static_alpha"].at[:, m:].set(a_r)
+  out, taps = FracConnection(cfg).apply(params, x, branch, lambda u: u, 0, 0)
+  mix = np.asarray(taps["mix"], np.float64)
+  assert mix.shape == (2, 5, m, m)
+  h = np.asarray(x, np.float64).reshape(2, 5, m, d // m)
+  np.testing.assert_allclose(np.einsum("btki,btif->btkf", mix, h).reshape(2, 5, d), out, rtol=1e-5, atol=1e-5)
+  if not dynamic:
+    np.testing.assert_allclose(mix, np.broadcast_to(a_r.T, mix.shape), rtol=1e-6)
+
+
 def test_deepnorm_constants_at_48_layers():
   alpha, beta = deepnorm_alpha_beta(48)
   assert round(alpha, 2) == 3.13 and round(beta, 2) == 0.23
