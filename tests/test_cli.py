@@ -97,6 +97,7 @@ BAD = [
     (["--config=configs/pre_norm_12l.py:gpu"], "config scale 'gpu' is unknown"),
     (["--config=configs/pre_norm_12l.py", "--config.data.name=text_files", "--config.data.paths=/no/such*.txt"],
      "matches no file"),
+    (["--config=configs/dyt_pre_norm_12l.py", "--config.model.dyt.alpha_attn=nan"], "model.dyt.alpha_attn=nan"),
 ]
 
 

@@ -42,6 +42,10 @@ BAD = [
     ("hybrid_norm", {"model.hybrid_norm.qkv_norm": "token"}, "model.hybrid_norm.qkv_norm='token' is unknown; known: head, all"),
     ("deepnorm", {"model.init": "gpt2"}, "model.init='gpt2'"),
     ("ln_scaling", {"model.init": "gpt2"}, "model.init='gpt2'"),
+    ("pre_norm", {"model.norm": "dyt", "model.dyt.alpha_attn": float("nan")}, "model.dyt.alpha_attn=nan must be a finite"),
+    ("pre_norm", {"model.dyt.alpha_final": float("inf")}, "model.dyt.alpha_final=inf must be a finite"),
+    ("hc", {"model.hc.s_alpha": float("-inf")}, "model.hc.s_alpha=-inf must be a finite"),
+    ("pre_norm", {"train.b2": float("nan")}, "train.b2=nan must be a finite"),
 ]
 
 

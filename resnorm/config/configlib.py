@@ -3,6 +3,7 @@
 Imports only the variant registry (for each variant's own checks), never the model, the optimizer or the step.
 """
 import json
+import math
 import re
 
 import ml_collections
@@ -73,6 +74,10 @@ def split_init_from(spec: str) -> tuple[str, int | None]:
 def validate(cfg) -> None:
   """Every bad value -> InputError naming the field; so is a key configs/base.py does not define."""
   configkeys.check(cfg)
+  # A NaN or infinite setting (a norm's init, a scale, a rate) passes every range check below and only shows as a
+  # divergence at step 1, after the workdir is written.
+  for field, val in _flatten(cfg.to_dict()).items():
+    check(not isinstance(val, float) or math.isfinite(val), f"{field}={val} must be a finite number")
   for field, allowed in CHOICES.items():
     val = _get(cfg, field)
     check(val in allowed, f"{field}={val!r} is unknown; known: {', '.join(map(str, allowed))}")
