@@ -25,7 +25,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.mlp_dim = 256                   # MLP hidden width
   m.vocab_size = 320                # 256 bytes + BOS (256) + PAD (257), padded to a multiple of 64
   m.max_len = 4096                  # longest sequence for pos='learned'
-  m.norm = "layernorm"              # layernorm | rmsnorm | dyt (DyT, norm-free: gamma * tanh(alpha x); model.dyt)
+  m.norm = "layernorm"              # layernorm | rmsnorm | dyt (DyT, norm-free: gamma * tanh(alpha x); model.dyt) |
+                                    # derf (gamma * erf(alpha x + s) + beta; model.derf)
   m.norm_eps = 1e-5                 # eps of every block / final norm
   m.norm_stats_dtype = "float32"    # float32 | compute: norm statistics in float32 (default) or the compute dtype
   m.final_norm = True               # the variant's final norm before the head, if it has one (False: ablation)
@@ -44,6 +45,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.dyt.alpha_ffn = 1.0             # DyT alpha init, FFN-side and every other norm (their 7B recipe: 0.8 / 0.2 / 0.2)
   m.dyt.alpha_final = 1.0           # DyT alpha init, the final norm before the head
   m.dyt.bias = False                # DyT beta (the paper's ViT form has it; the LLaMA recipe drops it)
+  m.derf = ml_collections.ConfigDict()  # Derf (arXiv 2512.10938): gamma * erf(alpha x + s) + beta
+  m.derf.alpha_attn = 1.0           # Derf alpha init, attention-side norms; the authors' GPT-2 code default
+  m.derf.alpha_ffn = 1.0            # Derf alpha init, FFN-side and every other norm
+  m.derf.alpha_final = 1.0          # Derf alpha init, the final norm before the head
+  m.derf.shift = 0.0                # init of the learned shift s inside the erf (the authors' 0)
+  m.derf.bias = True                # Derf beta (every form of the authors' code has one)
   m.hc = ml_collections.ConfigDict()
   m.hc.n = 4                        # HC expansion rate (number of streams)
   m.hc.dynamic = True               # DHC (input-dependent mixing) vs SHC (static)

@@ -14,6 +14,7 @@ import functools
 import math
 
 import numpy as np
+import scipy.special
 
 ALIASES = {"sandwich": "peri_norm"}
 
@@ -74,7 +75,11 @@ def _field(cfg, dotted):
 def norm(x, p, kind, eps):
   """LayerNorm (Ba et al. 2016): (x - mean) / sqrt(var + eps) * scale + bias; RMSNorm (Zhang & Sennrich 2019):
   x / sqrt(mean(x^2) + eps) * scale, no bias. Both over the last axis. DyT (Zhu et al. 2025, Eq. 1), elementwise:
-  scale * tanh(alpha x) + bias, alpha a scalar, the bias only where the params have one (`model.dyt.bias`)."""
+  scale * tanh(alpha x) + bias, alpha a scalar, the bias only where the params have one (`model.dyt.bias`). Derf
+  (Chen et al. 2025, arXiv 2512.10938), elementwise: scale * erf(alpha x + shift) + bias, alpha and shift scalars."""
+  if kind == "derf":
+    y = scipy.special.erf(p["alpha"] * x + p["shift"]) * p["scale"]
+    return y + p["bias"] if "bias" in p else y
   if kind == "dyt":
     y = np.tanh(p["alpha"] * x) * p["scale"]
     return y + p["bias"] if "bias" in p else y

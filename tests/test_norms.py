@@ -71,12 +71,13 @@ def test_model_under_bf16_reduces_only_in_float32(name):
   assert "bfloat16" in _reduction_dtypes(jaxpr)
 
 
-def _tanh_dtypes(jaxpr) -> list:
-  """The operand dtype of every tanh in a jaxpr, sub-jaxprs included (the MLP's GELU has one per layer)."""
-  out = [str(e.invars[0].aval.dtype) for e in jaxpr.eqns if e.primitive.name == "tanh"]
+def _tanh_dtypes(jaxpr, prim="tanh") -> list:
+  """The operand dtype of every tanh (or `prim`) in a jaxpr, sub-jaxprs included (the MLP's GELU has one tanh per
+  layer)."""
+  out = [str(e.invars[0].aval.dtype) for e in jaxpr.eqns if e.primitive.name == prim]
   for e in jaxpr.eqns:
     for sub in _sub_jaxprs(e.params.values()):
-      out += _tanh_dtypes(sub)
+      out += _tanh_dtypes(sub, prim)
   return out
 
 
@@ -123,15 +124,69 @@ def test_dyt_alpha_init_follows_the_side_of_each_norm():
     assert name != "hybrid_norm" or any("q_norm" in p for p in alphas)
 
 
-def test_every_placement_runs_norm_free_but_ngpt_is_refused():
-  """model.norm=dyt under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace) refused."""
+def test_derf_is_the_papers_form_in_float32_under_bf16():
+  """Derf (arXiv 2512.10938): scale * erf(alpha x + shift) + bias, against float64 (scipy's erf); its erf in float32
+  under bfloat16 compute unless model.norm_stats_dtype=compute."""
+  from scipy.special import erf
+  from resnorm.model.norms import Derf
+  x = (jax.random.normal(jax.random.key(0), (4, 64)) * 3).astype(jnp.bfloat16)
+  rng = np.random.default_rng(0)
+  params = {"alpha": jnp.asarray(0.7), "shift": jnp.asarray(-0.4),
+            "scale": jnp.asarray(rng.standard_normal(64), jnp.float32),
+            "bias": jnp.asarray(rng.standard_normal(64), jnp.float32)}
+  y = Derf().apply({"params": params}, x)
+  x64 = np.asarray(x, np.float64)
+  want = erf(0.7 * x64 - 0.4) * np.asarray(params["scale"], np.float64) + np.asarray(params["bias"], np.float64)
+  assert y.dtype == jnp.bfloat16 and np.max(np.abs(np.asarray(y, np.float64) - want)) < 0.02 * np.abs(want).max()
+  tokens = jnp.zeros((2, 16), jnp.int32)
+  for stats, f32_count in (("float32", 3), ("compute", 0)):  # the scanned block's two Derfs and the final one
+    mcfg = configlib.model_config(tiny_config("pre_norm", 2, **{"model.dtype": "bfloat16", "model.norm": "derf",
+                                                                "model.kernels": "reference",
+                                                                "model.norm_stats_dtype": stats}))
+    p = jax.eval_shape(LM(mcfg).init, jax.random.key(0), tokens)["params"]
+    dtypes = _tanh_dtypes(jax.make_jaxpr(lambda q: LM(mcfg).apply({"params": q}, tokens))(p).jaxpr, "erf")
+    assert dtypes.count("float32") == f32_count and len(dtypes) == 3, (stats, dtypes)
+
+
+def test_derf_inits_follow_the_side_of_each_norm_and_nothing_of_it_is_decayed():
+  """alpha by side (attention, FFN, final) as DyT's, the shift at model.derf.shift, gamma 1, beta 0 (kept by default);
+  none of alpha, shift, gamma, beta is weight-decayed (the authors' code decays no 1-D parameter)."""
+  import flax
+  from resnorm.step import optim
+  over = {"model.norm": "derf", "model.derf.alpha_attn": 0.8, "model.derf.alpha_ffn": 0.2,
+          "model.derf.alpha_final": 0.3, "model.derf.shift": 0.1}
+  cfg = tiny_config("hybrid_norm", 2, **over, **{"model.hybrid_norm.first_pre_norm": True})
+  mcfg = configlib.model_config(cfg)
+  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+  flat = {"/".join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(params).items()}
+  alphas = {k: v for k, v in flat.items() if k.endswith("/alpha")}
+  assert alphas and any("q_norm" in k for k in alphas)
+  for path, a in alphas.items():
+    leaf = path.split("/")[-2]
+    want = 0.3 if leaf == "final_norm" else 0.8 if leaf.startswith(("attn", "q_", "k_", "v_")) else 0.2
+    np.testing.assert_array_equal(a, np.full(a.shape, want, np.float32), err_msg=path)
+    np.testing.assert_array_equal(flat[path[:-len("alpha")] + "shift"], np.full(a.shape, 0.1, np.float32))
+    np.testing.assert_array_equal(flat[path[:-len("alpha")] + "bias"], 0.0)
+    np.testing.assert_array_equal(flat[path[:-len("alpha")] + "scale"], 1.0)
+  mask = flax.traverse_util.flatten_dict(optim.decay_mask(params, cfg))
+  assert not any(v for k, v in mask.items() if "norm" in "/".join(k)), [k for k, v in mask.items() if v]
+  configlib.validate(tiny_config("pre_norm", **{"model.norm": "derf", "model.derf.bias": False}))
+  mcfg = configlib.model_config(tiny_config("pre_norm", 2, **{"model.norm": "derf", "model.derf.bias": False}))
+  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+  assert not any(k[-1] == "bias" for k in flax.traverse_util.flatten_dict(params) if "norm" in "/".join(k))
+
+
+@pytest.mark.parametrize("norm", ["dyt", "derf"])
+def test_every_placement_runs_norm_free_but_ngpt_is_refused(norm):
+  """model.norm=dyt or derf under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace)
+  refused."""
   from resnorm.model import residual
   from resnorm.core.errors import InputError
   from conftest import init_and_apply
   for name in sorted({v.name for v in residual.REGISTRY.values()}):
-    cfg = tiny_config(name, 2, **{"model.norm": "dyt"})
+    cfg = tiny_config(name, 2, **{"model.norm": norm})
     if name == "ngpt":
-      with pytest.raises(InputError, match="nGPT has no LayerNorm for DyT to replace"):
+      with pytest.raises(InputError, match="nGPT has no LayerNorm for an elementwise norm to replace"):
         configlib.validate(cfg)
       continue
     configlib.validate(cfg)

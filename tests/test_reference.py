@@ -26,6 +26,7 @@ import flax
 import jax
 import numpy as np
 import pytest
+import scipy.special
 
 import np_reference as ref
 from conftest import tiny_config
@@ -46,7 +47,8 @@ CASES = {
     "post_norm": [("learned-ln", 2, {"model.pos": "learned"}),
                   ("dyt-bias-3l", 3, {"model.norm": "dyt", "model.dyt.bias": True})],
     "pre_norm": [("rope-rms-tied", 2, {"model.norm": "rmsnorm", "model.tie_embed": True}),
-                 ("dyt", 2, {"model.norm": "dyt", "model.dyt.alpha_attn": 0.8, "model.dyt.alpha_ffn": 0.2})],
+                 ("dyt", 2, {"model.norm": "dyt", "model.dyt.alpha_attn": 0.8, "model.dyt.alpha_ffn": 0.2}),
+                 ("derf", 2, {"model.norm": "derf", "model.derf.alpha_attn": 0.8, "model.derf.alpha_ffn": 0.4})],
     "peri_norm": [("rope-ln", 2, {})],
     "deepnorm": [("rope-rms-3l", 3, {"model.norm": "rmsnorm"})],
     "rezero": [("learned", 2, {"model.pos": "learned"})],
@@ -57,7 +59,8 @@ CASES = {
                                          "model.pos": "learned"}),
            ("dyn-n1-rms", 2, {"model.hc.n": 1, "model.norm": "rmsnorm"}),
            ("dyn-notanh-n2-nofinal", 2, {"model.hc.n": 2, "model.hc.tanh": False, "model.final_norm": False}),
-           ("dyn-n2-dyt", 2, {"model.hc.n": 2, "model.norm": "dyt"})],
+           ("dyn-n2-dyt", 2, {"model.hc.n": 2, "model.norm": "dyt"}),
+           ("dyn-n2-derf-nobias", 2, {"model.hc.n": 2, "model.norm": "derf", "model.derf.bias": False})],
     # Frac-Connections: fractions of d/m (d 32: m 4 of 8 features, m 2 of 16), static and dynamic, m = 1 under DyT
     "frac_hc": [("dyn-m4-ln", 2, {"model.frac_hc.m": 4}),
                 ("static-m2-rms-learned", 2, {"model.frac_hc.m": 2, "model.frac_hc.dynamic": False,
@@ -273,6 +276,21 @@ def _dyt_no_bias(x, p, kind, eps, real=ref.norm):
   return np.tanh(p["alpha"] * x) * p["scale"]
 
 
+def _derf_no_shift(x, p, kind, eps, real=ref.norm):
+  if kind != "derf":
+    return real(x, p, kind, eps)
+  _ = p["shift"]  # read, so that the unused-param check does not catch it first
+  y = scipy.special.erf(p["alpha"] * x) * p["scale"]
+  return y + p["bias"] if "bias" in p else y
+
+
+def _derf_as_tanh(x, p, kind, eps, real=ref.norm):  # DyT's tanh where the paper has erf
+  if kind != "derf":
+    return real(x, p, kind, eps)
+  y = np.tanh(p["alpha"] * x + p["shift"]) * p["scale"]
+  return y + p["bias"] if "bias" in p else y
+
+
 def _frac_mutant(x, c, transpose_a_r=False, interleave=False, branch_reads_x=False):
   """ref.frac_hc with one change: A_r applied transposed; fraction i as features i, i+m, i+2m, ... (interleaved);
   or the branch reading the whole state instead of A_m's mix."""
@@ -298,6 +316,8 @@ def _frac_mutant(x, c, transpose_a_r=False, interleave=False, branch_reads_x=Fal
 MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
     "dyt alpha outside the tanh": ("pre_norm", "dyt", "norm", _dyt_alpha_outside),
     "dyt bias dropped": ("post_norm", "dyt-bias-3l", "norm", _dyt_no_bias),
+    "derf shift dropped": ("pre_norm", "derf", "norm", _derf_no_shift),
+    "derf with tanh": ("hc", "dyn-n2-derf-nobias", "norm", _derf_as_tanh),
     "frac_hc A_r transposed": ("frac_hc", "dyn-m4-ln", "frac_hc", functools.partial(_frac_mutant, transpose_a_r=True)),
     "frac_hc fractions interleaved": ("frac_hc", "dyn-m4-ln", "frac_hc",
                                       functools.partial(_frac_mutant, interleave=True)),

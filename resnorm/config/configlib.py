@@ -15,7 +15,7 @@ from resnorm.core.errors import InputError, check
 REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.model.REMAT_POLICIES, plus none
 SCHEDULES = ("cosine", "linear", "rsqrt", "constant")                # resnorm.step.optim.schedule
 CHOICES = {
-    "model.norm": ("layernorm", "rmsnorm", "dyt"),
+    "model.norm": ("layernorm", "rmsnorm", "dyt", "derf"),
     "model.norm_stats_dtype": ("float32", "compute"),
     "model.final_norm": (True, False),
     "model.dtype": ("float32", "bfloat16"),
@@ -35,9 +35,9 @@ ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
 # Sections added after runs were recorded: a stored config without one gets configs/base.py's (none of its runs
 # used the norm or the variant it configures).
-ADDED_SECTIONS = ("dyt", "frac_hc")
+ADDED_SECTIONS = ("dyt", "frac_hc", "derf")
 # Sections that configure a norm kind rather than a variant: compared when the model uses that norm.
-NORM_SECTIONS = {"dyt": "dyt"}
+NORM_SECTIONS = {"dyt": "dyt", "derf": "derf"}
 
 
 def _with_added(model: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The norm kinds, over the last axis: LayerNorm, RMSNorm, and DyT (a norm-free stand-in), float32 by default.
+"""The norm kinds, over the last axis: LayerNorm, RMSNorm, and DyT and Derf (norm-free stand-ins), float32 by default.
 
 `model.norm_stats_dtype`: `float32` (default) computes mean, variance and the normalization in float32 whatever
 the compute dtype, and casts the output back; `compute` keeps them in the compute dtype (an ablation: what bfloat16
@@ -10,6 +10,11 @@ The authors' LLaMA recipe (facebookresearch/DyT, other_tasks/LLaMA) drops beta a
 attention-side DyT, the FFN-side one and the final one before the head (`model.dyt.alpha_attn`, `alpha_ffn`,
 `alpha_final`). A norm's side is read off its name: attention-side for `attn_norm` and the QKV norms, final for
 `final_norm`, FFN-side ("the other locations") for the rest.
+
+Derf, "Stronger Normalization-Free Transformers" (Chen, Lu, Zhu, Sun, Liu, arXiv 2512.10938; zlab-princeton/Derf):
+Derf(x) = gamma * erf(alpha * x + s) + beta, alpha and the shift s learnable scalars (init alpha0 by side as DyT's,
+`model.derf.alpha_*`, and 0), gamma (1) and beta (0) per channel; beta is kept, as in every form of the authors'
+code. Sides, float32 and the exemption from weight decay are DyT's.
 """
 import flax.linen as nn
 import jax
@@ -73,6 +78,30 @@ class DyT(nn.Module):
     return y.astype(x.dtype)
 
 
+class Derf(nn.Module):
+  """gamma * erf(alpha * x + s) + beta (arXiv 2512.10938): DyT's elementwise form with erf and a learned shift."""
+  alpha_init: float = 1.0
+  shift_init: float = 0.0
+  bias: bool = True
+  float32: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    d = x.shape[-1]
+    xs = x.astype(jnp.float32) if self.float32 else x
+    alpha = self.param("alpha", nn.initializers.constant(self.alpha_init), ()).astype(xs.dtype)
+    shift = self.param("shift", nn.initializers.constant(self.shift_init), ()).astype(xs.dtype)
+    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
+    y = jax.scipy.special.erf(alpha * xs + shift) * last_axis(scale, x.ndim).astype(xs.dtype)
+    if self.bias:
+      y = y + last_axis(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,)),
+                        x.ndim).astype(xs.dtype)
+    return y.astype(x.dtype)
+
+
+ELEMENTWISE = ("dyt", "derf")  # the norm kinds with a learned alpha and no statistic over the features
+
+
 def dyt_side(name: str | None) -> str:
   """attn | final | ffn: which of the recipe's alpha inits a norm of this name takes."""
   name = name or ""
@@ -85,13 +114,19 @@ def make_norm(cfg, name: str | None) -> nn.Module:
   if cfg.norm == "dyt":
     return DyT(alpha_init=cfg.dyt[f"alpha_{dyt_side(name)}"], bias=cfg.dyt.bias,
                float32=cfg.norm_stats_dtype == "float32", name=name)
+  if cfg.norm == "derf":
+    return Derf(alpha_init=cfg.derf[f"alpha_{dyt_side(name)}"], shift_init=cfg.derf.shift, bias=cfg.derf.bias,
+                float32=cfg.norm_stats_dtype == "float32", name=name)
   return Norm(kind=cfg.norm, eps=cfg.norm_eps, stats_float32=cfg.norm_stats_dtype == "float32", name=name)
 
 
 def num_params(cfg, width: int) -> int:
-  """Params of one norm over `width` features: LayerNorm scale and bias, RMSNorm scale, DyT scale (+ bias) + alpha."""
+  """Params of one norm over `width` features: LayerNorm scale and bias, RMSNorm scale, DyT scale (+ bias) + alpha,
+  Derf scale (+ bias) + alpha + shift."""
   if cfg.norm == "dyt":
     return width * (2 if cfg.dyt.bias else 1) + 1
+  if cfg.norm == "derf":
+    return width * (2 if cfg.derf.bias else 1) + 2
   return width * (2 if cfg.norm == "layernorm" else 1)
 
 

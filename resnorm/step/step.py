@@ -168,7 +168,7 @@ def make_diag_fn(cfg, mcfg):
            "angular": diagnostics.angular_distance(taps["u"])}
     alpha = diagnostics.norm_alpha(params, cfg)
     if alpha is not None:
-      out["stats"]["dyt_alpha"] = alpha
+      out["stats"][f"{cfg.model.norm}_alpha"] = alpha                              # dyt_alpha | derf_alpha
     if "mix" in taps:
       out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
     return out

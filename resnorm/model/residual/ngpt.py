@@ -99,7 +99,8 @@ def _init_params(cfg, params, rng, seq_len, layers):
 def _check(cfg):
   check(cfg.pos == "rope", f"model.residual='ngpt' needs model.pos='rope' (got {cfg.pos!r}): a learned position "
         "embedding added to the unit-norm token vectors would take them off the sphere")
-  check(cfg.norm != "dyt", "model.norm='dyt' with model.residual='ngpt': nGPT has no LayerNorm for DyT to replace; "
+  check(cfg.norm not in ("dyt", "derf"), f"model.norm={cfg.norm!r} with model.residual='ngpt': nGPT has no "
+        "LayerNorm for an elementwise norm to replace; "
         "its normalizations keep every vector on the unit sphere, which is the method itself (use ngpt with its "
         "default model.norm)")
 
