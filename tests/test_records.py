@@ -87,11 +87,15 @@ def test_a_damaged_record_is_refused_by_name(tmp_path, damage):
 def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
   from test_results import _fake_run
   d = grid.design(sweep_file.FULL, "test")
-  (c, r, s), (c2, r2, s2) = grid.points(d)[:2]
+  (c, r, s), (c2, r2, s2), (c3, r3, s3), (c4, r4, s4) = grid.points(d)[:4]
   _fake_run(tmp_path / "runs", r, s, 3.0, cos=[0.9, 0.8], corpus=c)
   _fake_run(tmp_path / "runs", r2, s2, None, status="running", corpus=c2)
+  _fake_run(tmp_path / "runs", r3, s3, None, status="diverged", corpus=c3)  # an outcome: recorded
+  _fake_run(tmp_path / "runs", r4, s4, 3.0, status="preempted", corpus=c4)  # to be resumed: not recorded
   recs = str(tmp_path / "records")
-  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 1  # the running one waits
+  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 2  # the running one waits
+  assert records.read(grid.record_path(recs, c3, grid.run_name(r3, s3, c3)))["status"] == "diverged"
+  assert not os.path.exists(grid.record_path(recs, c4, grid.run_name(r4, s4, c4)))
   rec = records.read(grid.record_path(recs, c, grid.run_name(r, s, c)))
   assert rec["recipe"] == list(r) and rec["seed"] == s and rec["final_eval_loss"] == 3.0
   assert rec["diags"][0]["sublayers"][0]["cos_next_median"] == 0.9 and rec["fingerprint"] == "f" * 16
@@ -99,7 +103,7 @@ def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
   monkeypatch.setenv(grid.RECORDS_ENV, recs)
   added = []
   grid.add_points(lambda **kw: added.append(kw["name"]), d)
-  assert grid.run_name(r, s, c) not in added and len(added) == len(grid.points(d)) - 1
+  assert grid.run_name(r, s, c) not in added and len(added) == len(grid.points(d)) - 2
 
 
 def test_fingerprint_follows_the_code_that_decides_a_run(tmp_path):

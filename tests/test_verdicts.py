@@ -14,6 +14,9 @@ def test_t_test_is_scipys_two_sided_test_and_its_intervals():
   t = verdicts.t_test(x)
   ref = st.ttest_1samp(x, 0.0)
   assert t["p"] == pytest.approx(ref.pvalue) and t["direction"] == 1 and t["n"] == 5
+  # the sample sd (ddof 1) and its standard error, which the report prints and the MDE column reads
+  assert t["sd"] == pytest.approx(np.std(x, ddof=1)) and t["se"] == pytest.approx(st.sem(x))
+  assert t["t"] == pytest.approx(ref.statistic) and t["df"] == 4
   assert verdicts.t_test([-v for v in x])["direction"] == -1
   lo, hi = st.t.interval(0.95, 4, loc=np.mean(x), scale=st.sem(x))
   assert verdicts.interval(t, 0.95) == pytest.approx((lo, hi))
