@@ -330,6 +330,13 @@ def test_stratified_rows_are_windows_of_whole_documents_reaching_their_end():
   assert short["mask"][row, last_byte] == 0
 
 
+def test_head_eval_set_streams_whole_validation_documents_whatever_piece_bytes(works):
+  """data.piece_bytes cuts training documents only: the `head` eval set (configs before eval_set existed) is still
+  the unshuffled validation split, document after document, with no BOS inside a document."""
+  cfg = _works_config(works, **{"data.piece_bytes": 32, "data.eval_set": "head", "data.eval_batches": 3})
+  _assert_eval_is_validation_prefix(cfg)
+
+
 def test_allocation_gives_every_document_a_row_first_even_when_rows_equal_documents():
   np.testing.assert_array_equal(data.allocate(3, [1, 1, 1000], [5, 5, 5]), [1, 1, 1])
   np.testing.assert_array_equal(data.allocate(3, [1000, 1, 1], [5, 5, 5]), [1, 1, 1])
