@@ -148,3 +148,15 @@ def test_power_table_reports_each_parts_design():
     if r["mde"] is not None:
       assert verdicts.power(r["mde"] / p.pilot_sd, r["n"], level) == pytest.approx(0.8, abs=1e-3)
       assert r["decidable"] == (r["mde"] <= p.effect)
+
+
+def test_pending_parts_enter_no_test_and_no_correction():
+  """A part whose runs are not all finished reads "pending": it is not one of the m parts Benjamini-Hochberg
+  corrects over, so the finished parts' adjusted p-values are BH's over them alone."""
+  xs = ([1.0, 1.2, 0.9, 1.1], [0.2, -0.1, 0.3, 0.1], [0.5, 0.6, 0.4, 0.55])
+  finished = [{"test": verdicts.t_test(x)} for x in xs]
+  pending = {"test": verdicts.t_test([2.0, 2.1, 1.9, 2.05]), "pending": True}
+  out = verdicts.finalize(finished + [pending])
+  assert out["m"] == 3 and pending["p_adj"] is None and pending["values_verdict"] == verdicts.PENDING
+  want = verdicts.bh([p["test"]["p"] for p in finished])
+  assert [p["p_adj"] for p in finished] == pytest.approx(want)
