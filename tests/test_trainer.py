@@ -249,6 +249,24 @@ def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_cor
   assert [i.step for i in acc.Images("depth/grad_norm")] == [6]
 
 
+def test_start_up_includes_compiling_the_eval_and_diagnostics_steps(tmp_path, text_corpus, monkeypatch):
+  """The loop's clock (train_s) starts after the eval and diagnostics steps are compiled: the wall-clock moment
+  those compilations end (slowed by 2 s here) is no later than started_at + startup_s, the loop's start."""
+  import time
+  from resnorm.train import monitor
+  ends, real = [], monitor.Monitor.compile
+
+  def slow_compile(self, state, batch):
+    real(self, state, batch)
+    time.sleep(2.0)
+    ends.append(time.time())
+
+  monkeypatch.setattr(monitor.Monitor, "compile", slow_compile)
+  assert trainer.train(text_config(text_corpus, **{"train.diag_every": 3}), str(tmp_path)) == 0
+  s = json.load(open(tmp_path / "summary.json"))
+  assert len(ends) == 1 and s["startup_s"] >= 2.0 and ends[0] <= s["started_at"] + s["startup_s"] + 0.1, (ends, s)
+
+
 def test_figures_drawn_while_within_budget():
   assert tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 60.0)       # 1 s of 60: 1.7%
   assert not tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 40.0)   # 1 s of 40: 2.5%
