@@ -1,6 +1,6 @@
 """The float64 NumPy reference (tests/np_reference.py, whose layers, param view and conventions it uses) for the
 placements whose state, hooks or head do not fit its per-sublayer table: admin, resi_dual, hybrid_norm,
-denseformer, ngpt, mhc_lite, written from the equations in their docstrings and docs/variants.md sections 3-4.
+denseformer, ngpt, mhc_lite, attn_res (Full and Block), written from the equations in their docstrings and docs/variants.md sections 3-4.
 Like np_reference it imports nothing from resnorm. `np_reference.forward` hands these names to `forward` here;
 `admin_profile` is Admin's profiling pass.
 """
@@ -54,6 +54,29 @@ def ngpt(h, c):
   a = np.abs(c.res["alpha"] * c.cfg["ngpt"]["alpha_init"] * math.sqrt(c.cfg["d_model"]))
   hn = unit(h)
   return unit(hn + a * (unit(c.f(h)) - hn))
+
+
+def depth_attention(sources, w, eps):
+  """AttnRes (arXiv 2603.15031) Eqs. 2-4: sum_i softmax_i(w . RMSNorm(v_i)) v_i, the RMSNorm without a gain."""
+  logits = np.stack([(v / np.sqrt((v ** 2).mean(-1, keepdims=True) + eps)) @ w for v in sources], axis=-1)
+  a = np.exp(logits - logits.max(-1, keepdims=True))
+  a = a / a.sum(-1, keepdims=True)
+  return sum(a[..., i, None] * v for i, v in enumerate(sources))
+
+
+def attn_res(state, c):
+  """AttnRes, one sublayer: state = (completed block summaries [b_0 = embedding, b_1, ...], the current block's
+  partial sum or None, sublayers done). The input attends over the summaries and the partial sum; the output joins
+  the partial sum, which becomes a summary after `per` sublayers (Full AttnRes: per = 1)."""
+  blocks, partial, done = state
+  L = c.cfg["num_layers"]
+  per = 1 if c.cfg["residual"] == "attn_res" else 2 * L // c.cfg["attn_res"]["num_blocks"]
+  h = depth_attention(blocks + ([partial] if partial is not None else []), c.res["depth"]["query"],
+                      float(c.cfg["norm_eps"]))
+  f = c.f(c.n(h))
+  partial = f if partial is None else partial + f
+  done += 1
+  return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
 
 
 def mhc_lite(x, c):
@@ -124,7 +147,7 @@ def _segments(name, cfg):
   if name == "hybrid_norm" and cfg["hybrid_norm"]["first_pre_norm"]:
     return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
   fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
-        "mhc_lite": mhc_lite}[name]
+        "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res}[name]
   return (("blocks", L, fn),)
 
 
@@ -141,6 +164,8 @@ def forward(params, cfg, tokens, hybrid_form=None):
     state = np.stack([x, x], axis=2)                           # both streams start at the embedding
   elif name == "mhc_lite":
     state = np.repeat(x[:, :, None], cfg["mhc_lite"]["n"], axis=2)
+  elif name in ("attn_res", "attn_res_block"):
+    state = ([x], None, 0)
   else:
     state = x
   outs, i = [x], 0                                             # DenseFormer: X_0, X_1, ...
@@ -167,9 +192,12 @@ def forward(params, cfg, tokens, hybrid_form=None):
   assert i == cfg["num_layers"]
   if name == "resi_dual":
     y = state[:, :, 0] + norm(state[:, :, 1], p["dual_norm"], kind, eps)   # y = x_N + N_d(d_N)
+  elif name in ("attn_res", "attn_res_block"):
+    assert state[1] is None and state[2] == 2 * cfg["num_layers"]
+    y = depth_attention(state[0], p["final_res"]["query"], eps)            # the head's own aggregation
   else:
     y = state.sum(axis=2) if name == "mhc_lite" else state
-  if name in ("hybrid_norm", "denseformer", "mhc_lite") and cfg["final_norm"]:
+  if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block") and cfg["final_norm"]:
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
   if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry

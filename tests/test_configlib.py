@@ -46,6 +46,8 @@ BAD = [
     ("pre_norm", {"model.dyt.alpha_final": float("inf")}, "model.dyt.alpha_final=inf must be a finite"),
     ("hc", {"model.hc.s_alpha": float("-inf")}, "model.hc.s_alpha=-inf must be a finite"),
     ("pre_norm", {"train.b2": float("nan")}, "train.b2=nan must be a finite"),
+    ("attn_res_block", {"model.attn_res.num_blocks": 3}, "model.attn_res.num_blocks=3 must divide the 4 sublayers"),
+    ("attn_res_block", {"model.attn_res.num_blocks": 0}, "model.attn_res.num_blocks=0 must divide"),
 ]
 
 
@@ -96,6 +98,8 @@ REFUSED = [
     ("rezero", "model.rezero.alpha_init", 0.5),
     ("rezero", "model.rezero.share_gate", True),
     ("hybrid_norm", "model.hybrid_norm.qkv_norm", "all"),
+    ("attn_res_block", "model.attn_res.num_blocks", 4),  # settings in another variant's section (Variant.section)
+    ("pre_norm", "model.norm", "derf"),
 ]
 
 

@@ -44,7 +44,7 @@ def _unstack(params, cfg):
   return out
 
 
-@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc"])
+@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block"])
 def test_scan_equals_loop(name):
   cfg = tiny_config(name, 4)
   mcfg, params, tokens = _init(cfg)
@@ -63,11 +63,11 @@ def _first_segment(cfg):
   return residual.get(cfg.model.residual).layer_segments(cfg.model)[0][0]
 
 
-@pytest.mark.parametrize("policy", ["full", "dots"])
-def test_remat_equals_no_remat(policy):
-  cfg = tiny_config("hc", 3, **{"model.remat": "none"})
+@pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), ("attn_res", "full")])
+def test_remat_equals_no_remat(name, policy):
+  cfg = tiny_config(name, 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)
-  remat_mcfg = configlib.model_config(tiny_config("hc", 3, **{"model.remat": policy}))
+  remat_mcfg = configlib.model_config(tiny_config(name, 3, **{"model.remat": policy}))
 
   def loss(m, p):
     return jnp.mean(jax.nn.log_softmax(_logits(m, p, tokens))[..., 7])

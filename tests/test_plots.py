@@ -14,3 +14,23 @@ def test_overlay_of_runs_with_nothing_to_draw_is_quiet(tmp_path):
   assert {p.rsplit("/", 1)[1] for p in paths} == {"sweep_loss.png", "sweep_cos_next_median.png",
                                                    "sweep_grad_norm.png", "sweep_act_rms.png"}
   assert all((tmp_path / p.rsplit("/", 1)[1]).stat().st_size > 0 for p in paths)
+
+
+def test_attn_res_depth_figures_show_its_depth_attention(tmp_path):
+  """eval.py's depth figures for AttnRes: the token-averaged depth-attention matrix [sublayer, source] and the
+  entropy profile, from the diagnostics' JSON (summarize with full=True)."""
+  import jax.numpy as jnp
+  import numpy as np
+  from conftest import init_and_apply, tiny_config
+  from resnorm.config import configlib
+  from resnorm.model import diagnostics
+  from resnorm.step import step
+  cfg = tiny_config("attn_res", 2)
+  _, params, tokens, _ = init_and_apply(cfg)
+  out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
+      params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
+  result = {"step": 0, "residual": "attn_res", "num_layers": 2, **diagnostics.summarize(cfg, out, full=True)}
+  assert np.array(result["depth_weights"]).shape == (4, 5)
+  assert all(r["depth_entropy"] is not None for r in result["sublayers"])
+  names = {p.rsplit("/", 1)[1] for p in plots.depth_figures(result, str(tmp_path))}
+  assert {"depth_weights.png", "depth_entropy.png", "cosine.png"} <= names and "mixing.png" not in names

@@ -29,6 +29,7 @@ import pytest
 import scipy.special
 
 import np_reference as ref
+import np_reference_placements
 from conftest import tiny_config
 from resnorm.config import configlib
 from resnorm.model import residual
@@ -81,6 +82,11 @@ CASES = {
                     ("all-ln", 2, {"model.hybrid_norm.qkv_norm": "all"}),
                     ("dyt-head", 2, {"model.norm": "dyt"})],
     "denseformer": [("dense-3l", 3, {})],
+    # Full: 6 sources by the last sublayer; Block: N = 3 over 6 sublayers (partial sums read), N = 2 under RMSNorm
+    "attn_res": [("full-3l", 3, {})],
+    "attn_res_block": [("n3-3l", 3, {"model.attn_res.num_blocks": 3}),
+                       ("n2-rms-learned", 2, {"model.attn_res.num_blocks": 2, "model.norm": "rmsnorm",
+                                              "model.pos": "learned"})],
     "ngpt": [("rope", 2, {})],
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
     # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
@@ -313,11 +319,36 @@ def _frac_mutant(x, c, transpose_a_r=False, interleave=False, branch_reads_x=Fal
   return join(np.einsum("btij,btif->btjf", a_r, h) + beta[..., None] * y)
 
 
+_REAL_DEPTH = np_reference_placements.depth_attention
+
+
+def _depth_attention_values_normed(sources, w, eps):  # RMSNorm(v_i) as the values too, not only the keys
+  return _REAL_DEPTH([v / np.sqrt((v ** 2).mean(-1, keepdims=True) + eps) for v in sources], w, eps)
+
+
+def _depth_attention_scaled(sources, w, eps):  # a 1/sqrt(D) temperature, as token attention has (the paper: none)
+  return _REAL_DEPTH(sources, w / np.sqrt(sources[0].shape[-1]), eps)
+
+
+def _attn_res_partial_never_read(state, c):  # Block: the current block's partial sum left out of the sources
+  blocks, partial, done = state
+  per = 2 * c.cfg["num_layers"] // c.cfg["attn_res"]["num_blocks"]
+  f = c.f(c.n(_REAL_DEPTH(blocks, c.res["depth"]["query"], float(c.cfg["norm_eps"]))))
+  partial, done = (f if partial is None else partial + f), done + 1
+  return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
+
+
 MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
     "dyt alpha outside the tanh": ("pre_norm", "dyt", "norm", _dyt_alpha_outside),
     "dyt bias dropped": ("post_norm", "dyt-bias-3l", "norm", _dyt_no_bias),
     "derf shift dropped": ("pre_norm", "derf", "norm", _derf_no_shift),
     "derf with tanh": ("hc", "dyn-n2-derf-nobias", "norm", _derf_as_tanh),
+    "attn_res values normalized": ("attn_res", "full-3l", "placements.depth_attention",
+                                   _depth_attention_values_normed),
+    "attn_res temperature 1/sqrt(d)": ("attn_res_block", "n2-rms-learned", "placements.depth_attention",
+                                       _depth_attention_scaled),
+    "attn_res_block partial sum never read": ("attn_res_block", "n3-3l", "placements.attn_res",
+                                              _attn_res_partial_never_read),
     "frac_hc A_r transposed": ("frac_hc", "dyn-m4-ln", "frac_hc", functools.partial(_frac_mutant, transpose_a_r=True)),
     "frac_hc fractions interleaved": ("frac_hc", "dyn-m4-ln", "frac_hc",
                                       functools.partial(_frac_mutant, interleave=True)),
@@ -336,6 +367,8 @@ def test_the_tolerance_catches_each_mutant_of_the_2025_references(mutant, monkey
   assert np.abs(logits - want).max() <= tol
   if what == "norm":
     monkeypatch.setattr(ref, "norm", fn)
+  elif what.startswith("placements."):
+    monkeypatch.setattr(np_reference_placements, what.split(".", 1)[1], fn)
   else:
     monkeypatch.setitem(ref.VARIANTS, what, (fn, *ref.VARIANTS[what][1:]))
   bad = ref.forward(params, mcfg, batch["inputs"])

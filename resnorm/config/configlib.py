@@ -35,7 +35,7 @@ ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
 # Sections added after runs were recorded: a stored config without one gets configs/base.py's (none of its runs
 # used the norm or the variant it configures).
-ADDED_SECTIONS = ("dyt", "frac_hc", "derf")
+ADDED_SECTIONS = ("dyt", "frac_hc", "derf", "attn_res")
 # Sections that configure a norm kind rather than a variant: compared when the model uses that norm.
 NORM_SECTIONS = {"dyt": "dyt", "derf": "derf"}
 
@@ -161,12 +161,14 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
   """Refuses a checkpoint whose model differs from the config (residual, depth, width, n, norm, ...)."""
   want = to_json(cfg)["model"]
   have = _with_added(stored.get("model", {}))
+  name = want.get("residual")
+  own = residual.get(name).section or name if name in residual.REGISTRY else name
   for key in sorted(set(want) | set(have)):
     if key in RUNTIME_MODEL_FIELDS:
       continue
     a, b = have.get(key), want.get(key)
     if isinstance(a, dict) and isinstance(b, dict):
-      if key != want.get("residual") and NORM_SECTIONS.get(key) != want.get("norm"):
+      if key != own and NORM_SECTIONS.get(key) != want.get("norm"):
         continue  # another variant's (or norm kind's) settings do not affect this model
       diff = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), None)
       if diff is None:

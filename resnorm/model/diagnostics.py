@@ -131,6 +131,10 @@ def tap_stats(taps) -> dict:
   }
   if "spread" in taps:
     out["stream_spread"] = jnp.mean(taps["spread"].astype(jnp.float32), axis=(1, 2))
+  if "depth" in taps:  # AttnRes: each sublayer's softmax over the sources, [S, B, T, N+1]
+    a = taps["depth"].astype(jnp.float32)
+    out["depth_entropy"] = jnp.mean(-jnp.sum(jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0), -1),
+                                    axis=(1, 2))
   if "mix" in taps:
     mix = taps["mix"].astype(jnp.float32)
     out.update(composite_gains(mix))
@@ -155,6 +159,8 @@ def summarize(cfg, out: dict, full: bool) -> dict:
     res["angular_distance"] = [[round(float(x), 5) for x in row] for row in out["angular"]]
     if "mixing" in out:
       res["mixing"] = [[[round(float(x), 5) for x in row] for row in m] for m in out["mixing"]]
+    if "depth_weights" in out:
+      res["depth_weights"] = [[round(float(x), 5) for x in row] for row in out["depth_weights"]]
   return res
 
 

@@ -171,5 +171,7 @@ def make_diag_fn(cfg, mcfg):
       out["stats"][f"{cfg.model.norm}_alpha"] = alpha                              # dyt_alpha | derf_alpha
     if "mix" in taps:
       out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
+    if "depth" in taps:
+      out["depth_weights"] = jnp.mean(taps["depth"].astype(jnp.float32), axis=(1, 2))  # [S, N+1]
     return out
   return jax.jit(fn)

@@ -79,6 +79,13 @@ def _draw_spread(ax, rows, title):
   ax.set(xlabel="sublayer", ylabel="||h_k - mean h|| / ||mean h||", title=title)
 
 
+def _draw_depth_entropy(ax, rows, title):
+  idx = np.arange(len(rows))
+  ax.plot(idx, _col(rows, "depth_entropy"), ".-", ms=3, label="entropy of the depth softmax")
+  ax.plot(idx, np.log(idx + 1.0), ":", color="gray", label="uniform over l + 1 sources")
+  ax.set(xlabel="sublayer l", ylabel="nats", title=title)
+
+
 def _profiles(rows):
   """(name, key of the line drawn for earlier steps, drawer) per per-sublayer field present in rows."""
   out = [(key, key, lambda ax, r, t, key=key, label=label, log=log: _draw_depth(ax, r, key, label, log, t))
@@ -88,12 +95,15 @@ def _profiles(rows):
     out.append(("gains", "gain_forward", _draw_gains))
   if rows and rows[0].get("stream_spread") is not None:
     out.append(("stream_spread", "stream_spread", _draw_spread))
+  if rows and rows[0].get("depth_entropy") is not None:
+    out.append(("depth_entropy", "depth_entropy", _draw_depth_entropy))
   return out
 
 
 def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
   """grad_norm, act_rms, update_ratio, cosine (median + 5-95% band) against sublayer index; angular-distance
-  heatmap; for multi-stream variants the composite gains, the stream spread and the mixing matrices."""
+  heatmap; for multi-stream variants the composite gains, the stream spread and the mixing matrices; for AttnRes the
+  depth-attention weights and their entropy."""
   rows, title = result["sublayers"], f"{result['residual']} L={result['num_layers']} step {result['step']}"
   paths = []
   for name, _, draw in _profiles(rows):
@@ -116,6 +126,13 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
       ax.set(title=f"l={i}", xticks=[], yticks=[])
     fig.suptitle("mean H_res per sublayer")
     paths.append(_save(fig, storage.join(outdir, f"{prefix}mixing.png")))
+  if "depth_weights" in result:  # AttnRes: row l, the token-averaged softmax over the sources sublayer l reads
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    w = np.array(result["depth_weights"])
+    im = ax.imshow(w, cmap="viridis", vmin=0, vmax=max(float(w.max()), 1e-6), origin="lower", aspect="auto")
+    fig.colorbar(im, ax=ax, label="mean weight")
+    ax.set(xlabel="source j (0: embedding; then blocks)", ylabel="sublayer l", title=f"depth attention, {title}")
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}depth_weights.png")))
   return paths
 
 

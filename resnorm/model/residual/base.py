@@ -36,6 +36,8 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
 - `decay`: names of the variant's own params that get weight decay (all others are exempt).
 - `extra_params(cfg)`, `extra_flops(cfg)`: the variant's own parameters (whole model) and forward FLOPs per token.
 - `check(cfg)`: raises `InputError` for invalid variant settings.
+- `section`: the `model.<section>` config node holding its settings, where it is not the variant's name (Block
+  AttnRes reads `model.attn_res`); a checkpoint's settings there must match the config's.
 """
 import dataclasses
 from typing import Any, Callable
@@ -91,6 +93,7 @@ class Variant:
   logit_scale: Any = None
   init_params: Callable | None = None
   unit_norm: tuple = ()  # ((weight name, axis), ...)
+  section: str | None = None
 
   def layer_segments(self, cfg):
     if self.segments is not None:
