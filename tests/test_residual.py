@@ -341,7 +341,9 @@ def test_weight_decay_mask_exempts_static_hc_and_norms():
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_param_count_formula_matches_tree(name):
-  elementwise = [] if name == "ngpt" else [{"model.norm": "derf"}, {"model.norm": "dyt", "model.dyt.bias": True}]
+  # the elementwise norms' count (alpha, Derf's shift, DyT's optional beta) on a few placements with norms of each kind
+  elementwise = [{"model.norm": "derf"}, {"model.norm": "dyt", "model.dyt.bias": True}] \
+      if name in ("pre_norm", "hc", "hybrid_norm") else []
   for over in ({}, {"model.norm": "rmsnorm", "model.hc.dynamic": False, "model.tie_embed": True,
                    "model.hybrid_norm.qkv_norm": "all", "model.hybrid_norm.first_pre_norm": True}, *elementwise):
     cfg = tiny_config(name, 4, **over)

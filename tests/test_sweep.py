@@ -103,7 +103,7 @@ def test_bad_values_and_keys_of_a_point_are_refused_up_front(tmp_path):
 def test_every_shipped_sweep_passes_its_own_preflight():
   from resnorm.sweep import preflight
   from resnorm.sweep.sweep import load_points
-  for name in ("smoke", "placements", "depth", "stability", "results", "compare_2025"):
+  for name in ("smoke", "placements", "depth", "stability", "results", "compare_2025", "compare_2026"):
     preflight.check_points(load_points(os.path.join(ROOT, "configs", "sweeps", f"{name}.py")), ROOT)
 
 
