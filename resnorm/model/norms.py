@@ -59,6 +59,17 @@ class Norm(nn.Module):
     return normalize(xs, cast(scale), None if bias is None else cast(bias), self.eps).astype(x.dtype)
 
 
+def _gamma_beta(module: nn.Module, y: Array, bias: bool) -> Array:
+  """gamma * y (+ beta) for the elementwise norms, gamma (ones) and beta (zeros) per channel, declared on `module`."""
+  d = y.shape[-1]
+  scale = module.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
+  y = y * last_axis(scale, y.ndim).astype(y.dtype)
+  if bias:
+    y = y + last_axis(module.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,)),
+                      y.ndim).astype(y.dtype)
+  return y
+
+
 class DyT(nn.Module):
   """gamma * tanh(alpha * x) [+ beta]: elementwise, so it needs no statistic over the features."""
   alpha_init: float = 0.5
@@ -67,15 +78,9 @@ class DyT(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    d = x.shape[-1]
     xs = x.astype(jnp.float32) if self.float32 else x
     alpha = self.param("alpha", nn.initializers.constant(self.alpha_init), ()).astype(xs.dtype)
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
-    y = jnp.tanh(alpha * xs) * last_axis(scale, x.ndim).astype(xs.dtype)
-    if self.bias:
-      y = y + last_axis(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,)),
-                        x.ndim).astype(xs.dtype)
-    return y.astype(x.dtype)
+    return _gamma_beta(self, jnp.tanh(alpha * xs), self.bias).astype(x.dtype)
 
 
 class Derf(nn.Module):
@@ -87,16 +92,10 @@ class Derf(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    d = x.shape[-1]
     xs = x.astype(jnp.float32) if self.float32 else x
     alpha = self.param("alpha", nn.initializers.constant(self.alpha_init), ()).astype(xs.dtype)
     shift = self.param("shift", nn.initializers.constant(self.shift_init), ()).astype(xs.dtype)
-    scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("norm",)), (d,))
-    y = jax.scipy.special.erf(alpha * xs + shift) * last_axis(scale, x.ndim).astype(xs.dtype)
-    if self.bias:
-      y = y + last_axis(self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("norm",)), (d,)),
-                        x.ndim).astype(xs.dtype)
-    return y.astype(x.dtype)
+    return _gamma_beta(self, jax.scipy.special.erf(alpha * xs + shift), self.bias).astype(x.dtype)
 
 
 ELEMENTWISE = ("dyt", "derf")  # the norm kinds with a learned alpha and no statistic over the features
