@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from resnorm.model import residual
+from resnorm.model.norms import ELEMENTWISE
 
 KINDS = ("attn", "mlp")
 
@@ -43,7 +44,7 @@ def sublayer_grad_sumsq(grads, cfg) -> jax.Array:
 def norm_alpha(params, cfg) -> jax.Array | None:
   """[S] DyT's (or Derf's) learned alpha of each sublayer's own norm (`attn_norm`, `mlp_norm`), in depth order; None
   unless model.norm is dyt or derf and the sublayers have norms (the learned-parameter tap of docs/diagnostics.md)."""
-  if cfg.model.norm not in ("dyt", "derf"):
+  if cfg.model.norm not in ELEMENTWISE:
     return None
   per_segment = []
   for tree, length, _ in _segment_trees(flax.core.unfreeze(params), cfg):

@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
-from resnorm.model.norms import last_axis
+from resnorm.model.norms import ELEMENTWISE, last_axis
 from resnorm.model.residual.base import Variant, register, unit_normalize
 
 # axis of the embedding dimension D, counted from the end (the same in stacked [L, ...] and per-layer layouts)
@@ -99,7 +99,7 @@ def _init_params(cfg, params, rng, seq_len, layers):
 def _check(cfg):
   check(cfg.pos == "rope", f"model.residual='ngpt' needs model.pos='rope' (got {cfg.pos!r}): a learned position "
         "embedding added to the unit-norm token vectors would take them off the sphere")
-  check(cfg.norm not in ("dyt", "derf"), f"model.norm={cfg.norm!r} with model.residual='ngpt': nGPT has no "
+  check(cfg.norm not in ELEMENTWISE, f"model.norm={cfg.norm!r} with model.residual='ngpt': nGPT has no "
         "LayerNorm for an elementwise norm to replace; "
         "its normalizations keep every vector on the unit sphere, which is the method itself (use ngpt with its "
         "default model.norm)")
