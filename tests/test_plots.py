@@ -33,4 +33,5 @@ def test_attn_res_depth_figures_show_its_depth_attention(tmp_path):
   assert np.array(result["depth_weights"]).shape == (4, 5)
   assert all(r["depth_entropy"] is not None for r in result["sublayers"])
   names = {p.rsplit("/", 1)[1] for p in plots.depth_figures(result, str(tmp_path))}
-  assert {"depth_weights.png", "depth_entropy.png", "cosine.png"} <= names and "mixing.png" not in names
+  assert {"depth_weights.png", "depth_entropy.png", "cosine.png", "depth_mixing.png"} <= names
+  assert "mixing.png" not in names and np.array(result["depth_mixing"]).shape == (4, 5)

@@ -67,3 +67,17 @@ def test_pre_norm_rows_draw_only_their_fields(tmp_path):
   tags = _read(str(tmp_path)).Tags()
   assert set(tags["images"]) == {f"depth/{f}" for f in FIELDS - {"gains", "stream_spread"}}
   assert "diag/max_gain" not in tags["scalars"] and "diag/cos_last_quarter" in tags["scalars"]
+
+
+def test_depth_mixing_matrix_is_an_image_when_given(tmp_path):
+  rows = _rows(2, 0)
+  for r in rows:
+    r["mixing_r2"] = 0.99
+  tb = wd.TensorBoard(str(tmp_path))
+  tb_figures.tb_diagnostics(tb, [(3, rows)], "post_norm L=2", mixing=np.tril(np.ones((4, 5))) * 0.5)
+  tb.close()
+  acc = _read(str(tmp_path))
+  assert "depth/mixing_matrix" in acc.Tags()["images"]
+  img = acc.Images("depth/mixing_matrix")[-1]
+  assert img.step == 3
+  assert mpimg.imread(io.BytesIO(img.encoded_image_string), format="png")[..., :3].std() > 0.05

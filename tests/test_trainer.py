@@ -246,7 +246,7 @@ def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_cor
     assert [json.loads(l)["step"] for l in f] == [0, 2, 4, 6]
   acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
   acc.Reload()
-  assert [i.step for i in acc.Images("depth/grad_norm")] == [6]
+  assert [i.step for i in acc.Images("depth/grad_norm")] == [i.step for i in acc.Images("depth/mixing_matrix")] == [6]
 
 
 def test_start_up_includes_compiling_the_eval_and_diagnostics_steps(tmp_path, text_corpus, monkeypatch):

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from resnorm.model import residual
+from resnorm.model import depth_mixing, residual
 from resnorm.model.norms import ELEMENTWISE
 
 KINDS = ("attn", "mlp")
@@ -154,8 +154,13 @@ def angular_distance(u_SBTD) -> jax.Array:
 
 
 def summarize(cfg, out: dict, full: bool) -> dict:
-  """Host-side JSON: `sublayers` always; the angular-distance matrix and mixing matrices when `full`."""
+  """Host-side JSON: `sublayers` (with each row's depth-mixing fit R^2) and the depth-mixing matrix always; the
+  angular-distance matrix and the multi-stream mixing matrices when `full`."""
   res = {"sublayers": sublayer_report(cfg, out["stats"], out["grad_sumsq"])}
+  mix, r2 = depth_mixing.solve(**out["depth_mixing"])
+  res["depth_mixing"] = [[round(float(x), 5) for x in row] for row in mix]
+  for row, r in zip(res["sublayers"], r2):
+    row["mixing_r2"] = float(r)
   if full:
     res["angular_distance"] = [[round(float(x), 5) for x in row] for row in out["angular"]]
     if "mixing" in out:

@@ -68,7 +68,8 @@ def _block_class(cfg, decode: bool):
 
 class LM(nn.Module):
   """Causal LM over bytes. Returns (logits_BTV float32, taps); taps is None unless `collect`, else a dict of
-  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.model.residual.base).
+  [S, ...] arrays over the S = 2L sublayers in depth order (see resnorm.model.residual.base), and `embed`, the
+  embedding [B,T,D] the state starts from.
 
   Decoding (`cache_len` > 0): a `cache` collection holds the next position and every attention layer's keys and
   values (stacked on the `layers` axis under nn.scan, like the params). Each call appends its T tokens at the cached
@@ -136,4 +137,4 @@ class LM(nn.Module):
       return logits, None
     # [L, 2, ...] per segment -> [2L, ...] in depth order
     taps = jax.tree.map(lambda *a: jnp.concatenate(a).reshape((-1,) + a[0].shape[2:]), *all_taps)
-    return logits, taps
+    return logits, {**taps, "embed": x_BTD}  # the embedding: source 0 of the depth-mixing matrix

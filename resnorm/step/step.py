@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from resnorm.model import diagnostics, layers, residual
+from resnorm.model import depth_mixing, diagnostics, layers, residual
 from resnorm.step import optim
 from resnorm.model.model import LM
 
@@ -165,7 +165,8 @@ def make_diag_fn(cfg, mcfg):
       return total / jnp.maximum(count, 1.0), taps
     grads, taps = jax.grad(loss_with_taps, has_aux=True)(params)
     out = {"stats": diagnostics.tap_stats(taps), "grad_sumsq": diagnostics.sublayer_grad_sumsq(grads, cfg),
-           "angular": diagnostics.angular_distance(taps["u"])}
+           "angular": diagnostics.angular_distance(taps["u"]),
+           "depth_mixing": depth_mixing.moments(taps["embed"], taps["u"], taps["f"])}
     alpha = diagnostics.norm_alpha(params, cfg)
     if alpha is not None:
       out["stats"][f"{cfg.model.norm}_alpha"] = alpha                              # dyt_alpha | derf_alpha

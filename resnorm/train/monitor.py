@@ -101,10 +101,10 @@ class Monitor:
     self.diag_s += time.perf_counter() - t0
     if not self.files.lead:
       return
-    rows = diagnostics.summarize(self.cfg, out, full=False)["sublayers"]
-    m = self.cfg.model
+    res = diagnostics.summarize(self.cfg, out, full=False)
+    rows, m = res["sublayers"], self.cfg.model
     self.files.log_diagnostics({"step": step, "residual": m.residual, "num_layers": m.num_layers, "sublayers": rows})
-    self.figures.add(step, rows, last=step >= self.cfg.train.steps, elapsed_s=elapsed_s)
+    self.figures.add(step, rows, last=step >= self.cfg.train.steps, elapsed_s=elapsed_s, mixing=res["depth_mixing"])
 
   def draw_pending(self) -> None:
     if self.files.lead:

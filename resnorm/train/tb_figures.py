@@ -10,14 +10,18 @@ TB_DRAW_BUDGET = 0.02  # share of the training time TensorBoard's depth figures 
 TB_DRAW_GUESS_S = 1.0  # what a first drawing is assumed to cost (matplotlib's import included)
 
 
-def tb_diagnostics(tb: wd.TensorBoard, history: list[tuple[int, list[dict]]], title: str) -> None:
+def tb_diagnostics(tb: wd.TensorBoard, history: list[tuple[int, list[dict]]], title: str, mixing=None) -> None:
   """TensorBoard's view of the newest diagnostics step in `history` [(step, sublayer rows)]: a few scalars whose
-  number does not grow with depth (diag/*), and one depth-profile image per per-sublayer field (depth/*)."""
+  number does not grow with depth (diag/*), one depth-profile image per per-sublayer field (depth/*), and the
+  depth-mixing matrix of that step (`mixing`, depth/mixing_matrix)."""
   from resnorm.viz import plots  # matplotlib: imported only by runs that draw
   step, rows = history[-1]
   tb.scalars(step, {f"diag/{k}": v for k, v in diagnostics.depth_summary(rows).items()})
   for field, png in plots.profile_pngs(history, title).items():
     tb.image(step, f"depth/{field}", png)
+  if mixing is not None:
+    r2 = [r.get("mixing_r2") for r in rows]
+    tb.image(step, "depth/mixing_matrix", plots.depth_mixing_png(mixing, r2, f"{title} step {step}"))
   tb.flush()
 
 
@@ -42,16 +46,18 @@ class DepthFigures:
     self.tb, self.title = tb, title
     self.history = thin([(r["step"], r["sublayers"]) for r in kept])
     self.draw_s, self.last_draw_s, self.drawn_step = 0.0, TB_DRAW_GUESS_S, None
+    self.mixing = None  # the newest step's depth-mixing matrix (not kept on resume: it is not in diagnostics.jsonl)
 
-  def add(self, step: int, rows: list[dict], last: bool, elapsed_s: float) -> None:
-    """A new diagnostics step; drawn if it is the run's last or the budget allows."""
+  def add(self, step: int, rows: list[dict], last: bool, elapsed_s: float, mixing=None) -> None:
+    """A new diagnostics step (and its depth-mixing matrix); drawn if it is the run's last or the budget allows."""
     self.history = thin([h for h in self.history if h[0] < step] + [(step, rows)])
+    self.mixing = mixing
     if last or should_draw(self.draw_s, self.last_draw_s, elapsed_s):
       self.draw()
 
   def draw(self) -> None:
     t0 = time.perf_counter()
-    tb_diagnostics(self.tb, self.history, self.title)
+    tb_diagnostics(self.tb, self.history, self.title, self.mixing)
     self.last_draw_s = time.perf_counter() - t0
     self.draw_s += self.last_draw_s
     self.drawn_step = self.history[-1][0]

@@ -126,6 +126,9 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
       ax.set(title=f"l={i}", xticks=[], yticks=[])
     fig.suptitle("mean H_res per sublayer")
     paths.append(_save(fig, storage.join(outdir, f"{prefix}mixing.png")))
+  if "depth_mixing" in result:
+    fig = depth_mixing_figure(result["depth_mixing"], _col(rows, "mixing_r2"), title)
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}depth_mixing.png")))
   if "depth_weights" in result:  # AttnRes: row l, the token-averaged softmax over the sources sublayer l reads
     fig, ax = plt.subplots(figsize=(4.5, 4))
     w = np.array(result["depth_weights"])
@@ -134,6 +137,34 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
     ax.set(xlabel="source j (0: embedding; then blocks)", ylabel="sublayer l", title=f"depth attention, {title}")
     paths.append(_save(fig, storage.join(outdir, f"{prefix}depth_weights.png")))
   return paths
+
+
+def depth_mixing_figure(mix, r2, title: str):
+  """M[l, j] (resnorm.model.depth_mixing) as a heatmap, sources on x, sublayers on y, on a symmetric colour scale
+  (Pre-Norm: ones below the diagonal), and each row's fit R^2 beside it (1: the connection is linear there)."""
+  m = np.array(mix, dtype=float)
+  s = m.shape[0]
+  m[np.triu_indices(s, k=1, m=s + 1)] = np.nan                    # sources a sublayer cannot read
+  vmax = max(float(np.nanmax(np.abs(m))), 1e-6)
+  fig, (ax, ax_r2) = plt.subplots(1, 2, figsize=(5.6, 4), gridspec_kw={"width_ratios": [5, 1]}, sharey=True)
+  im = ax.imshow(m, cmap="RdBu_r", vmin=-vmax, vmax=vmax, origin="lower", aspect="auto")
+  fig.colorbar(im, ax=ax, label="M[l, j]")
+  ax.set(xlabel="source j (0: embedding; j: sublayer j-1)", ylabel="sublayer l", title=f"depth mixing, {title}")
+  r2 = np.array([np.nan if v is None else v for v in r2], dtype=float)
+  ax_r2.plot(r2, np.arange(len(r2)), ".-", ms=3)
+  ax_r2.set(xlabel="fit R^2", xlim=(min(0.9, float(np.nanmin(r2)) if len(r2) else 0.9), 1.005))
+  ax_r2.tick_params(axis="x", labelsize=6)
+  fig.tight_layout()
+  return fig
+
+
+def depth_mixing_png(mix, r2, title: str) -> bytes:
+  """The depth-mixing figure as a PNG (TensorBoard's depth/mixing_matrix)."""
+  fig = depth_mixing_figure(mix, r2, title)
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=80)
+  plt.close(fig)
+  return buf.getvalue()
 
 
 def profile_pngs(history: list[tuple[int, list[dict]]], title: str, earlier: int = 6) -> dict[str, bytes]:
