@@ -92,6 +92,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.ngpt.s_z_init = 1.0             # nGPT logit scale s_z at init
   m.attn_res = ml_collections.ConfigDict()
   m.attn_res.num_blocks = 8         # attn_res_block: N blocks of 2L / N sublayers (must divide 2L; the paper's 8)
+  m.laurel = ml_collections.ConfigDict()  # LAuReL (arXiv 2411.07501), Eq. 6 on Pre-Norm sublayers
+  m.laurel.rw = True                # RW: (alpha, beta) = softmax of two learned logits (0 at init: 1/2 each)
+  m.laurel.rank = 16                # LR: rank r of x + B A x (0: off); A column orthogonal, B zero at init
+  m.laurel.pa_k = 3                 # PA: k - 1 earlier sublayer inputs with learned gains, zero at init (1: off)
+  m.value_residual = ml_collections.ConfigDict()  # value residual learning (ResFormer, arXiv 2410.17897)
+  m.value_residual.lambda_init = 0.5  # V_n <- lambda V_1 + (1 - lambda) V_n, per attention layer n >= 2
+  m.value_residual.learned = True     # lambda learned per layer (modded-nanogpt) or fixed (ResFormer's 1/2)
   m.mhc_lite = ml_collections.ConfigDict()
   m.mhc_lite.n = 4                  # mHC-lite expansion rate (H_res over the n! permutation matrices; 1..5)
   m.mhc_lite.alpha_init = 0.01      # init of the gates a_pre, a_post, a_res

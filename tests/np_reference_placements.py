@@ -1,6 +1,6 @@
 """The float64 NumPy reference (tests/np_reference.py, whose layers, param view and conventions it uses) for the
 placements whose state, hooks or head do not fit its per-sublayer table: admin, resi_dual, hybrid_norm,
-denseformer, ngpt, mhc_lite, attn_res (Full and Block), written from the equations in their docstrings and docs/variants.md sections 3-4.
+denseformer, ngpt, mhc_lite, attn_res (Full and Block), laurel, value_residual, written from the equations in their docstrings and docs/variants.md sections 3-4.
 Like np_reference it imports nothing from resnorm. `np_reference.forward` hands these names to `forward` here;
 `admin_profile` is Admin's profiling pass.
 """
@@ -14,10 +14,10 @@ from np_reference import UnusedParams, _leaf_paths, _View, attention, mhc_coeffi
 
 class _Ctx:
   """What a sublayer sees: f (F with its base weights), n (its own norm, or None), res (the variant's params),
-  kind ("attn" or "mlp")."""
+  kind ("attn" or "mlp"), base (F's own params, for a placement that reaches inside attention)."""
 
-  def __init__(self, f, n, res, cfg, kind):
-    self.f, self.n, self.res, self.cfg, self.kind = f, n, res, cfg, kind
+  def __init__(self, f, n, res, cfg, kind, base=None):
+    self.f, self.n, self.res, self.cfg, self.kind, self.base = f, n, res, cfg, kind, base
 
 
 def unit(x):
@@ -77,6 +77,43 @@ def attn_res(state, c):
   partial = f if partial is None else partial + f
   done += 1
   return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
+
+
+def laurel(hist, c):
+  """LAuReL (arXiv 2411.07501) Eq. 6 on a Pre-Norm sublayer, hist = [x_l, x_{l-1}, ...] (newest first, at most k):
+  x_{l+1} = a f + b (x + x A B + sum_{j=1}^{k-1} g_j x_{l-j}), f = F(N(x_l)); (a, b) = softmax(rw_logits) (RW; off:
+  1, 1), A = `down` [D, r], B = `up` [r, D] (LR), g = `pa_gain` (PA). An earlier input before the first: none."""
+  lc, r = c.cfg["laurel"], c.res
+  x = hist[0]
+  f = c.f(c.n(x))
+  res = x + (x @ r["down"] @ r["up"] if lc["rank"] else 0.0)
+  for j in range(1, lc["pa_k"]):
+    if j < len(hist):
+      res = res + r["pa_gain"][j - 1] * hist[j]
+  if lc["rw"]:
+    e = np.exp(r["rw_logits"] - r["rw_logits"].max())
+    a, b = e / e.sum()
+  else:
+    a = b = 1.0
+  return [a * f + b * res] + hist[: lc["pa_k"] - 1]
+
+
+def value_residual(state, c):
+  """ResFormer (arXiv 2410.17897) on Pre-Norm: attention layer n >= 2 uses values lambda_n V_1 + (1 - lambda_n) V_n,
+  V_1 the first attention layer's values (lambda = `lambda` if learned, else value_residual.lambda_init).
+  state = (x, V_1 or None before the first attention)."""
+  x, v1 = state
+  if c.kind == "mlp":
+    return x + c.f(c.n(x)), v1
+  vc, seen = c.cfg["value_residual"], {}
+  lam = c.res["lambda"] if vc["learned"] else float(vc["lambda_init"])
+
+  def hook(q, k, v, rot):
+    seen["v"] = v
+    mixed = v if v1 is None else lam * v1 + (1.0 - lam) * v
+    return rot(q), rot(k), mixed, 1.0 / math.sqrt(q.shape[-1])
+  y = attention(c.n(x), c.base, c.cfg, hook)
+  return x + y, seen["v"] if v1 is None else v1
 
 
 def mhc_lite(x, c):
@@ -147,7 +184,8 @@ def _segments(name, cfg):
   if name == "hybrid_norm" and cfg["hybrid_norm"]["first_pre_norm"]:
     return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
   fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
-        "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res}[name]
+        "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res, "laurel": laurel,
+        "value_residual": value_residual}[name]
   return (("blocks", L, fn),)
 
 
@@ -166,6 +204,10 @@ def forward(params, cfg, tokens, hybrid_form=None):
     state = np.repeat(x[:, :, None], cfg["mhc_lite"]["n"], axis=2)
   elif name in ("attn_res", "attn_res_block"):
     state = ([x], None, 0)
+  elif name == "laurel":
+    state = [x]
+  elif name == "value_residual":
+    state = (x, None)
   else:
     state = x
   outs, i = [x], 0                                             # DenseFormer: X_0, X_1, ...
@@ -185,7 +227,7 @@ def forward(params, cfg, tokens, hybrid_form=None):
         own = f"{kind_name}_norm"
         nrm = (lambda h, q=lp[own]: norm(h, q, kind, eps)) if own in lp else None
         res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
-        state = fn(state, _Ctx(f, nrm, res, cfg, kind_name))
+        state = fn(state, _Ctx(f, nrm, res, cfg, kind_name, base))
       if name == "denseformer":
         outs.append(state)
         state = dwa(outs, lp["after_block"]["alpha"], i, cfg)
@@ -195,9 +237,12 @@ def forward(params, cfg, tokens, hybrid_form=None):
   elif name in ("attn_res", "attn_res_block"):
     assert state[1] is None and state[2] == 2 * cfg["num_layers"]
     y = depth_attention(state[0], p["final_res"]["query"], eps)            # the head's own aggregation
+  elif name in ("laurel", "value_residual"):
+    y = state[0]
   else:
     y = state.sum(axis=2) if name == "mhc_lite" else state
-  if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block") and cfg["final_norm"]:
+  if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block", "laurel",
+              "value_residual") and cfg["final_norm"]:
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
   if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry

@@ -48,6 +48,10 @@ BAD = [
     ("pre_norm", {"train.b2": float("nan")}, "train.b2=nan must be a finite"),
     ("attn_res_block", {"model.attn_res.num_blocks": 3}, "model.attn_res.num_blocks=3 must divide the 4 sublayers"),
     ("attn_res_block", {"model.attn_res.num_blocks": 0}, "model.attn_res.num_blocks=0 must divide"),
+    ("laurel", {"model.laurel.rank": -1}, "model.laurel.rank=-1 must be an integer in 0..model.d_model=32"),
+    ("laurel", {"model.laurel.pa_k": 0}, "model.laurel.pa_k=0 must be an integer in 1..4"),
+    ("value_residual", {"model.value_residual.lambda_init": 1.5}, "model.value_residual.lambda_init=1.5 must be in"),
+    ("value_residual", {"model.value_residual.lambda_init": float("nan")}, "lambda_init=nan must be a finite"),
 ]
 
 
@@ -100,6 +104,8 @@ REFUSED = [
     ("hybrid_norm", "model.hybrid_norm.qkv_norm", "all"),
     ("attn_res_block", "model.attn_res.num_blocks", 4),  # settings in another variant's section (Variant.section)
     ("pre_norm", "model.norm", "derf"),
+    ("laurel", "model.laurel.rank", 8),
+    ("value_residual", "model.value_residual.learned", False),
 ]
 
 

@@ -44,7 +44,7 @@ def _unstack(params, cfg):
   return out
 
 
-@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block"])
+@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel", "value_residual"])
 def test_scan_equals_loop(name):
   cfg = tiny_config(name, 4)
   mcfg, params, tokens = _init(cfg)
@@ -63,7 +63,8 @@ def _first_segment(cfg):
   return residual.get(cfg.model.residual).layer_segments(cfg.model)[0][0]
 
 
-@pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), ("attn_res", "full")])
+@pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), ("attn_res", "full"), ("laurel", "full"),
+                                         ("value_residual", "dots")])
 def test_remat_equals_no_remat(name, policy):
   cfg = tiny_config(name, 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)

@@ -87,6 +87,13 @@ CASES = {
     "attn_res_block": [("n3-3l", 3, {"model.attn_res.num_blocks": 3}),
                        ("n2-rms-learned", 2, {"model.attn_res.num_blocks": 2, "model.norm": "rmsnorm",
                                               "model.pos": "learned"})],
+    # LAuReL: all three forms, PA reaching 2 sublayers back; RW off with rank 1 and no PA. Value residual: learned
+    # lambdas over 3 layers (2 mixing layers), fixed 1/2 (ResFormer) under RMSNorm
+    "laurel": [("rw-lr4-pa3-3l", 3, {}),
+               ("nrw-lr1-rms-learned", 2, {"model.laurel.rw": False, "model.laurel.rank": 1, "model.laurel.pa_k": 1,
+                                           "model.norm": "rmsnorm", "model.pos": "learned"})],
+    "value_residual": [("learned-3l", 3, {}),
+                       ("fixed-rms", 2, {"model.value_residual.learned": False, "model.norm": "rmsnorm"})],
     "ngpt": [("rope", 2, {})],
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
     # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
@@ -338,7 +345,54 @@ def _attn_res_partial_never_read(state, c):  # Block: the current block's partia
   return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
 
 
+def _laurel_mutant(hist, c, swap_rw=False, pa_from_self=False, lr_transposed=False):
+  """LAuReL with one realistic slip: the RW weights swapped between the paths; PA's g_1 on x_l itself (Eq. 4's j = 0
+  term, read as the first earlier input); the low-rank factors applied transposed (x B^T A^T)."""
+  lc, r = c.cfg["laurel"], c.res
+  x = hist[0]
+  f = c.f(c.n(x))
+  lr = x @ r["up"].T @ r["down"].T if lr_transposed else x @ r["down"] @ r["up"]
+  res = x + lr
+  for j in range(1, lc["pa_k"]):
+    src = j - 1 if pa_from_self else j
+    if src < len(hist):
+      res = res + r["pa_gain"][j - 1] * hist[src]
+  e = np.exp(r["rw_logits"] - r["rw_logits"].max())
+  a, b = e / e.sum()
+  a, b = (b, a) if swap_rw else (a, b)
+  return [a * f + b * res] + hist[: lc["pa_k"] - 1]
+
+
+def _value_residual_mutant(state, c, lambda_swapped=False, previous_layer=False):
+  """Value residual with lambda on the current values instead of V_1, or V_1 replaced by the previous layer's
+  values (a chain, not a residual to the first layer)."""
+  x, v1 = state
+  if c.kind == "mlp":
+    return x + c.f(c.n(x)), v1
+  lam, seen = c.res["lambda"], {}
+
+  def hook(q, k, v, rot):
+    seen["v"] = v
+    if v1 is None:
+      mixed = v
+    else:
+      mixed = (1.0 - lam) * v1 + lam * v if lambda_swapped else lam * v1 + (1.0 - lam) * v
+    return rot(q), rot(k), mixed, 1.0 / np.sqrt(q.shape[-1])
+  y = np_reference_placements.attention(c.n(x), c.base, c.cfg, hook)
+  return x + y, seen["v"] if (v1 is None or previous_layer) else v1
+
+
 MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
+    "laurel rw swapped": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",
+                          functools.partial(_laurel_mutant, swap_rw=True)),
+    "laurel pa reads x_l": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",
+                            functools.partial(_laurel_mutant, pa_from_self=True)),
+    "laurel lr transposed": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",
+                             functools.partial(_laurel_mutant, lr_transposed=True)),
+    "value_residual lambda swapped": ("value_residual", "learned-3l", "placements.value_residual",
+                                      functools.partial(_value_residual_mutant, lambda_swapped=True)),
+    "value_residual previous layer's values": ("value_residual", "learned-3l", "placements.value_residual",
+                                               functools.partial(_value_residual_mutant, previous_layer=True)),
     "dyt alpha outside the tanh": ("pre_norm", "dyt", "norm", _dyt_alpha_outside),
     "dyt bias dropped": ("post_norm", "dyt-bias-3l", "norm", _dyt_no_bias),
     "derf shift dropped": ("pre_norm", "derf", "norm", _derf_no_shift),

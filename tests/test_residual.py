@@ -105,6 +105,31 @@ def test_identity_inits_equal_pre_norm(name):
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
 
 
+@pytest.mark.parametrize("name,over", [
+    ("laurel", {"model.laurel.rw": False}),                              # LR's B = 0, PA's g = 0
+    ("value_residual", {"model.value_residual.lambda_init": 0.0}),
+    ("value_residual", {"model.value_residual.lambda_init": 0.0, "model.value_residual.learned": False})])
+def test_zero_gate_inits_equal_pre_norm(name, over):
+  """LAuReL without RW, and a value residual with lambda = 0, start as Pre-Norm exactly (same base weights)."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config(name, 3, **over))
+  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_laurel_default_init_halves_both_paths():
+  """RW's softmax of zero logits weighs f and x by 1/2 each; LR and PA add nothing at init; A column orthogonal."""
+  from resnorm.model.residual.laurel import column_orthogonal
+  _, params = _logits(tiny_config("laurel", 2))
+  res = params["blocks"]["attn_res"]
+  np.testing.assert_array_equal(res["rw_logits"], 0.0)
+  np.testing.assert_array_equal(res["up"], 0.0)
+  np.testing.assert_array_equal(res["pa_gain"], 0.0)
+  a = np.asarray(column_orthogonal(None, (32, 4)), np.float64)
+  assert np.count_nonzero(a) == 32 and a[5, 1] == pytest.approx(1 / np.sqrt(128)) and a[5, 0] == 0
+  np.testing.assert_allclose(a.T @ a, np.eye(4) * 8 / 128)
+  np.testing.assert_array_equal(res["down"][0], a)
+
+
 def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
   from resnorm.model.residual.mhc_lite import permutation_matrices
   p = permutation_matrices(4)
@@ -131,7 +156,8 @@ def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
 def test_own_params_weight_decay():
   """DenseFormer's DWA weights are decayed (the authors' nn.Linear); Admin's omega and nGPT's scalers are not."""
   for name, decayed, exempt in [("denseformer", {"alpha"}, set()), ("admin", set(), {"omega"}),
-                                ("attn_res", set(), {"query"}),
+                                ("attn_res", set(), {"query"}), ("laurel", {"down", "up"}, {"rw_logits", "pa_gain"}),
+                                ("value_residual", set(), {"lambda"}),
                                 ("ngpt", set(), {"alpha", "s_qk", "s_v", "s_z"})]:
     cfg = tiny_config(name, 2)
     mask = flax.traverse_util.flatten_dict(optim.decay_mask(param_shapes(cfg), cfg))

@@ -136,11 +136,29 @@ def tap_stats(taps) -> dict:
     a = taps["depth"].astype(jnp.float32)
     out["depth_entropy"] = jnp.mean(-jnp.sum(jnp.where(a > 0, a * jnp.log(jnp.where(a > 0, a, 1.0)), 0.0), -1),
                                     axis=(1, 2))
+  out.update(learned_weights(taps))
   if "mix" in taps:
     mix = taps["mix"].astype(jnp.float32)
     out.update(composite_gains(mix))
     out["mix_row_err"] = jnp.max(jnp.abs(jnp.sum(mix, axis=-1) - 1.0), axis=(1, 2, 3))  # Sinkhorn residuals
     out["mix_col_err"] = jnp.max(jnp.abs(jnp.sum(mix, axis=-2) - 1.0), axis=(1, 2, 3))
+  return out
+
+
+def learned_weights(taps) -> dict:
+  """[S] per-sublayer learned connection weights a variant taps (docs/diagnostics.md, "Learned weights"): LAuReL's
+  RW weights (laurel_alpha, laurel_beta), its PA gains (pa_gain_j, the input j sublayers back) and the size of its
+  low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda (NaN where
+  a sublayer has none: reported as null)."""
+  out = {}
+  if "rw" in taps:
+    out["laurel_alpha"], out["laurel_beta"] = taps["rw"][:, 0], taps["rw"][:, 1]
+  if "pa_gain" in taps:
+    out.update({f"pa_gain_{j + 1}": taps["pa_gain"][:, j] for j in range(taps["pa_gain"].shape[1])})
+  if "lr_ratio" in taps:
+    out["lr_ratio"] = jnp.mean(taps["lr_ratio"].astype(jnp.float32), axis=(1, 2))
+  if "value_lambda" in taps:
+    out["value_lambda"] = taps["value_lambda"]
   return out
 
 
@@ -201,6 +219,7 @@ def sublayer_report(cfg, stats: dict, grad_sumsq) -> list[dict]:
   for i, g in enumerate(grads):
     row = {"index": i, "layer": i // 2, "kind": KINDS[i % 2], "grad_norm": g}
     for key, vals in stats.items():
-      row[key] = vals[i] if i < len(vals) else None  # cos_next_* has S-1 entries: null for the last sublayer
+      # cos_next_* has S-1 entries: null for the last sublayer; NaN (a sublayer without the field) is null too
+      row[key] = vals[i] if i < len(vals) and not np.isnan(vals[i]) else None
     rows.append(row)
   return rows

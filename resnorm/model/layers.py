@@ -88,14 +88,15 @@ class Attention(nn.Module):
   """Causal multi-head self-attention with RoPE. q, k, v, o are [D, H, K]-shaped params (logical axes for
   sharding, each keyed by name for the paired init). With `cache_len`, keys and values go to a `cache` of that many
   positions and queries attend to it (decoding). `qkv`: a variant's hook on the projected q, k, v (module class,
-  `(q, k, v, rope) -> (q, k, v)`, see resnorm.model.residual.base); without it, RoPE is applied to q and k."""
+  `(q, k, v, rope) -> (q, k, v)`, see resnorm.model.residual.base); without it, RoPE is applied to q and k.
+  `value_fn`: a call's function on the projected values [B,T,H,K], before the hook (value residual's mix)."""
   cfg: Any
   scales: Any = None  # {"q"|"k"|"v"|"o": factor}, a variant's init rescale
   cache_len: int = 0
   qkv: Any = None
 
   @nn.compact
-  def __call__(self, x_BTD: Array, key: Array, pos_T: Array) -> Array:
+  def __call__(self, x_BTD: Array, key: Array, pos_T: Array, value_fn=None) -> Array:
     cfg, dt, kern = self.cfg, compute_dtype(self.cfg), kernels.get(self.cfg.kernels)
     b, t, d = x_BTD.shape
     h = cfg.num_heads
@@ -107,6 +108,8 @@ class Attention(nn.Module):
       return kern.project(x_BTD, w.reshape(d, h * k).astype(dt)).reshape(b, t, h, k)
 
     q, kk, v = project("q"), project("k"), project("v")
+    if value_fn is not None:
+      v = value_fn(v)
     rotate = (lambda x: rope(x, cfg.rope_base, pos_T)) if cfg.pos == "rope" else (lambda x: x)
     if self.qkv is None:
       q, kk = rotate(q), rotate(kk)

@@ -43,8 +43,9 @@ class Block(nn.Module):
     shared = classes[0](cfg, name="block_res") if variant.block_shared(cfg) else None
     attn = Attention(cfg, self.scales, self.cache_len, getattr(classes[0], "attn_qkv", None), name="attn")
     mlp = MLP(cfg, self.scales, getattr(classes[1], "mlp_hidden", None), name="mlp")
-    for j, (kind, f) in enumerate((("attn", lambda h: attn(h, key, pos_T)), ("mlp", lambda h: mlp(h, key)))):
-      branch = lambda h, f=f: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")))
+    for j, (kind, f) in enumerate((("attn", lambda h, **kw: attn(h, key, pos_T, **kw)),
+                                   ("mlp", lambda h: mlp(h, key)))):
+      branch = lambda h, f=f, **kw: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")), **kw)
       res = shared or classes[j](cfg, name=f"{kind}_res")
       state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
       taps.append(t)

@@ -86,6 +86,19 @@ def _draw_depth_entropy(ax, rows, title):
   ax.set(xlabel="sublayer l", ylabel="nats", title=title)
 
 
+LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_1", "pa_gain_2", "pa_gain_3", "value_lambda")
+
+
+def _draw_learned(ax, rows, title):
+  idx = np.arange(len(rows))
+  for key in LEARNED_KEYS:
+    if any(r.get(key) is not None for r in rows):
+      col = _col(rows, key)
+      ok = ~np.isnan(col)
+      ax.plot(idx[ok], col[ok], ".-", ms=3, label=key)
+  ax.set(xlabel="sublayer l", ylabel="learned weight", title=title)
+
+
 def _profiles(rows):
   """(name, key of the line drawn for earlier steps, drawer) per per-sublayer field present in rows."""
   out = [(key, key, lambda ax, r, t, key=key, label=label, log=log: _draw_depth(ax, r, key, label, log, t))
@@ -97,6 +110,9 @@ def _profiles(rows):
     out.append(("stream_spread", "stream_spread", _draw_spread))
   if rows and rows[0].get("depth_entropy") is not None:
     out.append(("depth_entropy", "depth_entropy", _draw_depth_entropy))
+  learned = [k for k in LEARNED_KEYS if any(r.get(k) is not None for r in rows)]
+  if learned:
+    out.append(("learned_weights", learned[0], _draw_learned))
   return out
 
 

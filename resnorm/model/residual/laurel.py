@@ -1,0 +1,100 @@
+"""LAuReL, Learned Augmented Residual Layer (Menghani, Kumar, Kumar; arXiv 2411.07501, ICML 2025), on Pre-Norm
+sublayers f(x) = F(N(x)). Sublayer l (attention and MLP each count), with all three of the paper's forms on:
+
+    x_{l+1} = alpha_l f(x_l) + beta_l ( x_l + B_l A_l x_l + sum_{j=1}^{k-1} g_{l,j} x_{l-j} )      (Eq. 6)
+
+- RW (Sec. 2.1), `model.laurel.rw`: (alpha, beta) = softmax of two learned logits, the paper's bounded option. The
+  paper gives no init; ours is logits 0, so alpha = beta = 1/2 at init. Off: alpha = beta = 1.
+- LR (Eq. 3), `model.laurel.rank` r (0: off): A [D, r] "column orthogonal" (A_ij = 1/sqrt(r D) where i mod r = j,
+  else 0; Sec. 3.3), B [r, D] zero, so the low-rank term is zero at init.
+- PA (Eq. 4), `model.laurel.pa_k` k (1: off): the inputs of the k - 1 sublayers before this one, each with a
+  learned scalar g_{l,j}, zero at init. Eq. 4's j = 0 term is the identity itself and is not repeated here, and
+  its per-j map h is the identity (the paper allows identity or low rank; Eq. 6's per-j low-rank maps are not built).
+
+At init with RW off the model is Pre-Norm exactly (tested); with RW on, each sublayer halves both paths, so earlier
+layers' outputs decay by 1/2 per sublayer (the depth-mixing matrix shows it) and `pre_norm -> laurel` upcycling is
+refused. The paper places one LAuReL per layer in its LLM runs (its count 8ND + 2N); here every sublayer has one,
+resnorm's unit of residual. Gemma 3n's form (one LAuReL per layer around attention, the low-rank branch read from
+the normed input and RMS-normed, fixed weights 1/sqrt(2)) is not this variant; docs/variants.md says how it differs.
+
+The carry is [B, T, k, D]: slot 0 the stream x_l, slot j the input of sublayer l - j (zeros before the first).
+A and B are weight-decayed, as matrices; alpha, beta and g are gates and are not (the paper says neither).
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from resnorm.core.errors import check
+from resnorm.model.residual.base import Variant, register
+
+
+def column_orthogonal(_rng, shape, dtype=jnp.float32):
+  """A [D, r] with A_ij = 1/sqrt(r D) where i mod r == j, else 0 (LAuReL Sec. 3.3, for LLMs)."""
+  d, r = shape
+  return (jnp.arange(d)[:, None] % r == jnp.arange(r)[None]).astype(dtype) / jnp.sqrt(float(r * d)).astype(dtype)
+
+
+class Laurel(nn.Module):
+  cfg: object
+
+  @nn.compact
+  def __call__(self, s_BTkD, branch, norm, layer, sub):
+    lc, dt = self.cfg.laurel, s_BTkD.dtype
+    d = s_BTkD.shape[-1]
+    x_BTD = s_BTkD[:, :, 0]
+    f_BTD = branch(norm(x_BTD))
+    taps = {"u": x_BTD, "f": f_BTD}
+    r_BTD = x_BTD
+    if lc.rank:
+      a_Dr = self.param("down", nn.with_logical_partitioning(column_orthogonal, ("embed", None)), (d, lc.rank))
+      b_rD = self.param("up", nn.with_logical_partitioning(nn.initializers.zeros, (None, "embed")), (lc.rank, d))
+      lr_BTD = (x_BTD @ a_Dr.astype(dt)) @ b_rD.astype(dt)
+      r_BTD = r_BTD + lr_BTD
+      x32 = x_BTD.astype(jnp.float32)
+      taps["lr_ratio"] = jnp.linalg.norm(lr_BTD.astype(jnp.float32), axis=-1) / jnp.maximum(
+          jnp.linalg.norm(x32, axis=-1), 1e-12)                                        # [B, T]
+    if lc.pa_k > 1:
+      g_j = self.param("pa_gain", nn.initializers.zeros, (lc.pa_k - 1,))
+      r_BTD = r_BTD + jnp.einsum("btjd,j->btd", s_BTkD[:, :, 1:], g_j.astype(dt))
+      taps["pa_gain"] = g_j
+    if lc.rw:
+      w = jax.nn.softmax(self.param("rw_logits", nn.initializers.zeros, (2,)))
+      new_BTD = w[0].astype(dt) * f_BTD + w[1].astype(dt) * r_BTD
+      taps["rw"] = w
+    else:
+      new_BTD = f_BTD + r_BTD
+    return jnp.concatenate([new_BTD[:, :, None], s_BTkD[:, :, :-1]], axis=2), taps
+
+
+def _start(cfg, x_BTD):
+  b, t, d = x_BTD.shape
+  return jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, cfg.laurel.pa_k - 1, d), x_BTD.dtype)], axis=2)
+
+
+def _finish(cfg, s_BTkD):
+  return s_BTkD[:, :, 0]
+
+
+def _params(cfg) -> int:
+  lc = cfg.laurel
+  return 2 * cfg.num_layers * (2 * lc.rank * cfg.d_model + (lc.pa_k - 1) + (2 if lc.rw else 0))
+
+
+def _flops(cfg) -> int:
+  """Per token, forward, per sublayer: the two rank-r products (4 r D), the k - 1 weighted earlier inputs and their
+  sum (2 (k - 1) D), the two weighted paths (3 D) and the low-rank sum (D)."""
+  lc, d = cfg.laurel, cfg.d_model
+  return 2 * cfg.num_layers * (4 * lc.rank * d + 2 * (lc.pa_k - 1) * d + 4 * d)
+
+
+def _check(cfg):
+  lc = cfg.laurel
+  check(isinstance(lc.rank, int) and 0 <= lc.rank <= cfg.d_model,
+        f"model.laurel.rank={lc.rank} must be an integer in 0..model.d_model={cfg.d_model} (0: no low-rank term)")
+  check(isinstance(lc.pa_k, int) and 1 <= lc.pa_k <= 2 * cfg.num_layers,
+        f"model.laurel.pa_k={lc.pa_k} must be an integer in 1..{2 * cfg.num_layers} (the sublayers; 1: no earlier "
+        "activations)")
+
+
+register(Variant("laurel", Laurel, start=_start, finish=_finish, decay=("down", "up"), extra_params=_params,
+                 extra_flops=_flops, check=_check))
