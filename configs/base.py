@@ -93,7 +93,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.attn_res = ml_collections.ConfigDict()
   m.attn_res.num_blocks = 8         # attn_res_block: N blocks of 2L / N sublayers (must divide 2L; the paper's 8)
   m.laurel = ml_collections.ConfigDict()  # LAuReL (arXiv 2411.07501), Eq. 6 on Pre-Norm sublayers
-  m.laurel.rw = True                # RW: (alpha, beta) = softmax of two learned logits (0 at init: 1/2 each)
+  m.laurel.rw = True                # RW: (alpha, beta) = rw_scale * softmax of two learned logits (0 at init)
+  m.laurel.rw_scale = 2.0           # 2: alpha = beta = 1 at init (Pre-Norm); 1: the paper's bare softmax (1/2 each)
   m.laurel.rank = 16                # LR: rank r of x + B A x (0: off); A column orthogonal, B zero at init
   m.laurel.pa_k = 3                 # PA: k - 1 earlier sublayer inputs with learned gains, zero at init (1: off)
   m.value_residual = ml_collections.ConfigDict()  # value residual learning (ResFormer, arXiv 2410.17897)

@@ -81,7 +81,8 @@ def attn_res(state, c):
 
 def laurel(hist, c):
   """LAuReL (arXiv 2411.07501) Eq. 6 on a Pre-Norm sublayer, hist = [x_l, x_{l-1}, ...] (newest first, at most k):
-  x_{l+1} = a f + b (x + x A B + sum_{j=1}^{k-1} g_j x_{l-j}), f = F(N(x_l)); (a, b) = softmax(rw_logits) (RW; off:
+  x_{l+1} = a f + b (x + x A B + sum_{j=1}^{k-1} g_j x_{l-j}), f = F(N(x_l)); (a, b) = c softmax(rw_logits), c =
+  laurel.rw_scale (RW; off:
   1, 1), A = `down` [D, r], B = `up` [r, D] (LR), g = `pa_gain` (PA). An earlier input before the first: none."""
   lc, r = c.cfg["laurel"], c.res
   x = hist[0]
@@ -92,7 +93,7 @@ def laurel(hist, c):
       res = res + r["pa_gain"][j - 1] * hist[j]
   if lc["rw"]:
     e = np.exp(r["rw_logits"] - r["rw_logits"].max())
-    a, b = e / e.sum()
+    a, b = float(lc["rw_scale"]) * e / e.sum()
   else:
     a = b = 1.0
   return [a * f + b * res] + hist[: lc["pa_k"] - 1]

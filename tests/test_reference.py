@@ -90,6 +90,7 @@ CASES = {
     # LAuReL: all three forms, PA reaching 2 sublayers back; RW off with rank 1 and no PA. Value residual: learned
     # lambdas over 3 layers (2 mixing layers), fixed 1/2 (ResFormer) under RMSNorm
     "laurel": [("rw-lr4-pa3-3l", 3, {}),
+               ("rw1-lr2-pa2", 2, {"model.laurel.rw_scale": 1.0, "model.laurel.rank": 2, "model.laurel.pa_k": 2}),
                ("nrw-lr1-rms-learned", 2, {"model.laurel.rw": False, "model.laurel.rank": 1, "model.laurel.pa_k": 1,
                                            "model.norm": "rmsnorm", "model.pos": "learned"})],
     "value_residual": [("learned-3l", 3, {}),
@@ -358,9 +359,22 @@ def _laurel_mutant(hist, c, swap_rw=False, pa_from_self=False, lr_transposed=Fal
     if src < len(hist):
       res = res + r["pa_gain"][j - 1] * hist[src]
   e = np.exp(r["rw_logits"] - r["rw_logits"].max())
-  a, b = e / e.sum()
+  a, b = float(lc["rw_scale"]) * e / e.sum()
   a, b = (b, a) if swap_rw else (a, b)
   return [a * f + b * res] + hist[: lc["pa_k"] - 1]
+
+
+_REAL_LAUREL = np_reference_placements.laurel
+
+
+def _laurel_unscaled(hist, c):  # the paper's bare softmax where the config asks for rw_scale = 2
+  return _REAL_LAUREL(hist, _Unscaled(c))
+
+
+class _Unscaled:
+  def __init__(self, c):
+    self.__dict__.update(c.__dict__)
+    self.cfg = {**c.cfg, "laurel": {**c.cfg["laurel"], "rw_scale": 1.0}}
 
 
 def _value_residual_mutant(state, c, lambda_swapped=False, previous_layer=False):
@@ -383,6 +397,7 @@ def _value_residual_mutant(state, c, lambda_swapped=False, previous_layer=False)
 
 
 MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
+    "laurel rw unscaled": ("laurel", "rw-lr4-pa3-3l", "placements.laurel", _laurel_unscaled),
     "laurel rw swapped": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",
                           functools.partial(_laurel_mutant, swap_rw=True)),
     "laurel pa reads x_l": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",

@@ -106,18 +106,20 @@ def test_identity_inits_equal_pre_norm(name):
 
 
 @pytest.mark.parametrize("name,over", [
-    ("laurel", {"model.laurel.rw": False}),                              # LR's B = 0, PA's g = 0
+    ("laurel", {}),                                                      # RW 2 softmax(0) = 1, B = 0, g = 0
+    ("laurel", {"model.laurel.rw": False}),
     ("value_residual", {"model.value_residual.lambda_init": 0.0}),
     ("value_residual", {"model.value_residual.lambda_init": 0.0, "model.value_residual.learned": False})])
 def test_zero_gate_inits_equal_pre_norm(name, over):
-  """LAuReL without RW, and a value residual with lambda = 0, start as Pre-Norm exactly (same base weights)."""
+  """LAuReL (RW scaled to 1 + 1, or off), and a value residual with lambda = 0, start as Pre-Norm exactly (same base
+  weights)."""
   ref, _ = _logits(tiny_config("pre_norm", 3))
   out, _ = _logits(tiny_config(name, 3, **over))
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
-def test_laurel_default_init_halves_both_paths():
-  """RW's softmax of zero logits weighs f and x by 1/2 each; LR and PA add nothing at init; A column orthogonal."""
+def test_laurel_init_is_identity_leaning():
+  """RW's logits start at 0; LR's B and PA's gains at 0 (they add nothing at init); A column orthogonal."""
   from resnorm.model.residual.laurel import column_orthogonal
   _, params = _logits(tiny_config("laurel", 2))
   res = params["blocks"]["attn_res"]

@@ -30,7 +30,8 @@ def _records(wd):
 
 
 @pytest.mark.parametrize("residual,over", [("hc", {"model.hc.n": 2}), ("frac_hc", {"model.frac_hc.m": 4}),
-                                           ("pre_norm", {})], ids=["pre_norm->hc", "pre_norm->frac_hc", "same"])
+                                           ("laurel", {}), ("pre_norm", {})],
+                         ids=["pre_norm->hc", "pre_norm->frac_hc", "pre_norm->laurel", "same"])
 def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus, residual, over):
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, residual, **{**RUN, "train.steps": 1, "train.init_from": source, **over})
@@ -95,13 +96,18 @@ def test_transition_rules():
   for src, dst, over in [("pre_norm", "hc", {"model.hc.n": 4, "model.hc.dynamic": False}),
                          ("pre_norm", "mhc", {"model.mhc.init": "uniform", "model.mhc.alpha_init": 0.0}),
                          ("hc", "hc", {}), ("sandwich", "peri_norm", {}),
-                         ("pre_norm", "pre_norm", {"model.init": "gpt2", "model.dtype": "bfloat16"})]:
+                         ("pre_norm", "pre_norm", {"model.init": "gpt2", "model.dtype": "bfloat16"}),
+                         ("pre_norm", "laurel", {"model.laurel.rw": False, "model.laurel.rw_scale": 1.0}),
+                         ("pre_norm", "value_residual", {"model.value_residual.lambda_init": 0.0})]:
     upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
   for src, dst, over, msg in [("hc", "pre_norm", {}, "a hc run and this run is pre_norm"),
                               ("hc", "hc", {"model.hc.n": 2}, "model.hc.n=4 but this run has model.hc.n=2"),
                               ("pre_norm", "hc", {"model.final_norm": False}, "model.final_norm=True"),
+                              ("pre_norm", "laurel", {"model.laurel.rw_scale": 1.0}, "path weights of 1 at init"),
+                              ("pre_norm", "value_residual", {}, r"model.value_residual.lambda_init=0 \(no mix"),
                               ("pre_norm", "mhc_lite", {},
-                               "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc preserve")]:
+                               "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc, pre_norm -> laurel, "
+                               "pre_norm -> value_residual preserve")]:
     with pytest.raises(InputError, match=msg):
       upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
 

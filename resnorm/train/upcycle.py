@@ -28,12 +28,17 @@ from resnorm.model import residual
 from resnorm.step import runtime
 from resnorm.core.errors import InputError, check
 
-# (source, destination) variants whose function a fresh destination init preserves, and the destination settings
-# that make it so
+# (source, destination) variants whose function a fresh destination init preserves: (the destination settings that
+# make it so, what they are)
 UPCYCLES = {
-    ("pre_norm", "hc"): lambda m: True,
-    ("pre_norm", "mhc"): lambda m: m.mhc.init == "identity" or (m.mhc.init == "uniform" and m.mhc.alpha_init == 0),
-    ("pre_norm", "frac_hc"): lambda m: True,
+    ("pre_norm", "hc"): (lambda m: True, ""),
+    ("pre_norm", "mhc"): (lambda m: m.mhc.init == "identity" or (m.mhc.init == "uniform" and m.mhc.alpha_init == 0),
+                          "from the identity init (model.mhc.init=identity, or uniform with model.mhc.alpha_init=0)"),
+    ("pre_norm", "frac_hc"): (lambda m: True, ""),
+    ("pre_norm", "laurel"): (lambda m: not m.laurel.rw or m.laurel.rw_scale == 2.0,
+                             "with path weights of 1 at init (model.laurel.rw_scale=2, or model.laurel.rw=False)"),
+    ("pre_norm", "value_residual"): (lambda m: m.value_residual.lambda_init == 0,
+                                     "with model.value_residual.lambda_init=0 (no mix at init)"),
 }
 INIT_ONLY_FIELDS = ("init",)
 
@@ -86,8 +91,8 @@ def check_transition(src_model: dict, cfg, where: str) -> None:
     allowed = ", ".join(f"{a} -> {b}" for a, b in UPCYCLES)
     raise InputError(f"train.init_from: {where} is a {src_name} run and this run is {dst_name}: only the same "
                      f"variant or {allowed} preserve the function")
-  check(rule(cfg.model), f"train.init_from: {src_name} -> {dst_name} preserves the function only from the "
-        "identity init (model.mhc.init=identity, or uniform with model.mhc.alpha_init=0)")
+  holds, what = rule
+  check(holds(cfg.model), f"train.init_from: {src_name} -> {dst_name} preserves the function only {what}")
   _compare(src_model, dst_model, where, sections=False)
 
 

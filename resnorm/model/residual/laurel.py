@@ -3,17 +3,18 @@ sublayers f(x) = F(N(x)). Sublayer l (attention and MLP each count), with all th
 
     x_{l+1} = alpha_l f(x_l) + beta_l ( x_l + B_l A_l x_l + sum_{j=1}^{k-1} g_{l,j} x_{l-j} )      (Eq. 6)
 
-- RW (Sec. 2.1), `model.laurel.rw`: (alpha, beta) = softmax of two learned logits, the paper's bounded option. The
-  paper gives no init; ours is logits 0, so alpha = beta = 1/2 at init. Off: alpha = beta = 1.
+- RW (Sec. 2.1), `model.laurel.rw`: (alpha, beta) = c softmax of two learned logits, the paper's bounded option,
+  c = `model.laurel.rw_scale`. The paper gives no init and no c (its softmax is c = 1); ours is logits 0 and c = 2, so
+  alpha = beta = 1 at init. c = 1 halves both paths in every sublayer, so the embedding reaches sublayer l weighted
+  2^-l; at 12 layers that run learned nothing beyond the byte unigram (docs/variants.md). Off: alpha = beta = 1.
 - LR (Eq. 3), `model.laurel.rank` r (0: off): A [D, r] "column orthogonal" (A_ij = 1/sqrt(r D) where i mod r = j,
   else 0; Sec. 3.3), B [r, D] zero, so the low-rank term is zero at init.
 - PA (Eq. 4), `model.laurel.pa_k` k (1: off): the inputs of the k - 1 sublayers before this one, each with a
   learned scalar g_{l,j}, zero at init. Eq. 4's j = 0 term is the identity itself and is not repeated here, and
   its per-j map h is the identity (the paper allows identity or low rank; Eq. 6's per-j low-rank maps are not built).
 
-At init with RW off the model is Pre-Norm exactly (tested); with RW on, each sublayer halves both paths, so earlier
-layers' outputs decay by 1/2 per sublayer (the depth-mixing matrix shows it) and `pre_norm -> laurel` upcycling is
-refused. The paper places one LAuReL per layer in its LLM runs (its count 8ND + 2N); here every sublayer has one,
+At init (c = 2, or RW off) the model is Pre-Norm exactly (tested), and `pre_norm -> laurel` upcycling keeps the
+function; with c = 1 it is refused. The paper places one LAuReL per layer in its LLM runs (its count 8ND + 2N); here every sublayer has one,
 resnorm's unit of residual. Gemma 3n's form (one LAuReL per layer around attention, the low-rank branch read from
 the normed input and RMS-normed, fixed weights 1/sqrt(2)) is not this variant; docs/variants.md says how it differs.
 
@@ -58,7 +59,7 @@ class Laurel(nn.Module):
       r_BTD = r_BTD + jnp.einsum("btjd,j->btd", s_BTkD[:, :, 1:], g_j.astype(dt))
       taps["pa_gain"] = g_j
     if lc.rw:
-      w = jax.nn.softmax(self.param("rw_logits", nn.initializers.zeros, (2,)))
+      w = lc.rw_scale * jax.nn.softmax(self.param("rw_logits", nn.initializers.zeros, (2,)))
       new_BTD = w[0].astype(dt) * f_BTD + w[1].astype(dt) * r_BTD
       taps["rw"] = w
     else:
@@ -91,6 +92,7 @@ def _check(cfg):
   lc = cfg.laurel
   check(isinstance(lc.rank, int) and 0 <= lc.rank <= cfg.d_model,
         f"model.laurel.rank={lc.rank} must be an integer in 0..model.d_model={cfg.d_model} (0: no low-rank term)")
+  check(lc.rw_scale > 0, f"model.laurel.rw_scale={lc.rw_scale} must be > 0 (the sum of the two RW weights)")
   check(isinstance(lc.pa_k, int) and 1 <= lc.pa_k <= 2 * cfg.num_layers,
         f"model.laurel.pa_k={lc.pa_k} must be an integer in 1..{2 * cfg.num_layers} (the sublayers; 1: no earlier "
         "activations)")
