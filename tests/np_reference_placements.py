@@ -1,6 +1,6 @@
 """The float64 NumPy reference (tests/np_reference.py, whose layers, param view and conventions it uses) for the
 placements whose state, hooks or head do not fit its per-sublayer table: admin, resi_dual, hybrid_norm,
-denseformer, ngpt, mhc_lite, attn_res (Full and Block), laurel, value_residual, written from the equations in their docstrings and docs/variants.md sections 3-4.
+denseformer, ngpt, mhc_lite, attn_res (Full and Block), laurel, value_residual, mudd, written from the equations in their docstrings and docs/variants.md sections 3-4.
 Like np_reference it imports nothing from resnorm. `np_reference.forward` hands these names to `forward` here;
 `admin_profile` is Admin's profiling pass.
 """
@@ -117,6 +117,49 @@ def value_residual(state, c):
   return x + y, seen["v"] if v1 is None else v1
 
 
+def gelu(x):
+  """GELU, tanh approximation (Hendrycks & Gimpel 2016)."""
+  return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def mudd_weights(x, p, ways, i, eps):
+  """MUDDFormer (arXiv 2502.12170) Eq. 6, multiway, over the sources j = 0..i: A = GELU(RMSNorm(x) W1) W2 + a,
+  [B, T, ways, i + 1], RMSNorm without a gain, W1 [D, ways (i+1)], W2 [ways (i+1), ways (i+1)]. The model stores each
+  layer padded to J sources: W1's first ways (i+1) columns, W2's rows likewise and its columns c J + j (j <= i),
+  a[c, j <= i]."""
+  j_max = p["bias"].shape[1]
+  k = ways * (i + 1)
+  w2 = p["w2"][:k].reshape(k, ways, j_max)[:, :, : i + 1].reshape(k, ways * (i + 1))
+  xn = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
+  a = gelu(xn @ p["w1"][:, :k]) @ w2
+  return a.reshape(x.shape[:2] + (ways, i + 1)) + p["bias"][:, : i + 1]
+
+
+def mudd(state, c):
+  """MUDDFormer Eq. 7 on block l: streams Xbar^c = sum_{j<=l} A_l[c, j] X_j (block 0: the embedding four times),
+  X^A = MHA(N Q, N K, N V) + R, X_{l+1} = FFN(N X^A) + X^A. state = (outputs [X_0 .. X_l], X^A or None)."""
+  outs, xa = state
+  if c.kind == "mlp":
+    return outs + [xa + c.f(c.n(xa))], None
+  l = len(outs) - 1
+  if l == 0:
+    q = k = v = r = outs[0]
+  else:
+    a = mudd_weights(outs[l], c.res["dense"], 4, l, float(c.cfg["norm_eps"]))
+    q, k, v, r = (sum(a[:, :, w, j, None] * outs[j] for j in range(l + 1)) for w in range(4))
+
+  def hook(q_, k_, v_, rot):
+    kk, vv = (np.einsum("btd,dhk->bthk", c.n(x), c.base[name]) for x, name in ((k, "k"), (v, "v")))
+    return rot(q_), rot(kk), vv, 1.0 / math.sqrt(q_.shape[-1])
+  return outs, r + attention(c.n(q), c.base, c.cfg, hook)
+
+
+def mudd_head(outs, p, cfg):
+  """Eq. 8: the last DA's R way (its own weights, one way) over X_0 .. X_L."""
+  a = mudd_weights(outs[-1], p, 1, len(outs) - 1, float(cfg["norm_eps"]))
+  return sum(a[:, :, 0, j, None] * x for j, x in enumerate(outs))
+
+
 def mhc_lite(x, c):
   """mHC-lite as the authors' code (FFTYYY/mhc-lite, hyper_conn/mhc_lite.py): x' = vec(x) / rms(vec(x)) (eps
   mhc_lite.eps), proj = x' phi = [pre n | post n | res n!], H_pre = sigmoid(a_pre proj_pre + b_pre), H_post =
@@ -186,7 +229,7 @@ def _segments(name, cfg):
     return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
   fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
         "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res, "laurel": laurel,
-        "value_residual": value_residual}[name]
+        "value_residual": value_residual, "mudd": mudd}[name]
   return (("blocks", L, fn),)
 
 
@@ -209,6 +252,8 @@ def forward(params, cfg, tokens, hybrid_form=None):
     state = [x]
   elif name == "value_residual":
     state = (x, None)
+  elif name == "mudd":
+    state = ([x], None)
   else:
     state = x
   outs, i = [x], 0                                             # DenseFormer: X_0, X_1, ...
@@ -240,10 +285,12 @@ def forward(params, cfg, tokens, hybrid_form=None):
     y = depth_attention(state[0], p["final_res"]["query"], eps)            # the head's own aggregation
   elif name in ("laurel", "value_residual"):
     y = state[0]
+  elif name == "mudd":
+    y = mudd_head(state[0], p["final_dense"], cfg)
   else:
     y = state.sum(axis=2) if name == "mhc_lite" else state
   if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block", "laurel",
-              "value_residual") and cfg["final_norm"]:
+              "value_residual", "mudd") and cfg["final_norm"]:
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
   if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry

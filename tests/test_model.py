@@ -44,7 +44,8 @@ def _unstack(params, cfg):
   return out
 
 
-@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel", "value_residual"])
+@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel", "value_residual",
+                                  "mudd"])
 def test_scan_equals_loop(name):
   cfg = tiny_config(name, 4)
   mcfg, params, tokens = _init(cfg)
@@ -64,7 +65,7 @@ def _first_segment(cfg):
 
 
 @pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), ("attn_res", "full"), ("laurel", "full"),
-                                         ("value_residual", "dots")])
+                                         ("value_residual", "dots"), ("mudd", "full")])
 def test_remat_equals_no_remat(name, policy):
   cfg = tiny_config(name, 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)

@@ -35,3 +35,31 @@ def test_attn_res_depth_figures_show_its_depth_attention(tmp_path):
   names = {p.rsplit("/", 1)[1] for p in plots.depth_figures(result, str(tmp_path))}
   assert {"depth_weights.png", "depth_entropy.png", "cosine.png", "depth_mixing.png"} <= names
   assert "mixing.png" not in names and np.array(result["depth_mixing"]).shape == (4, 5)
+
+
+def test_mudd_and_laurel_figures(tmp_path):
+  """MUDDFormer's token-averaged DA weights per way and their entropies; LAuReL's learned weights profile."""
+  import jax.numpy as jnp
+  import numpy as np
+  import pytest
+  from conftest import init_and_apply, tiny_config
+  from resnorm.config import configlib
+  from resnorm.model import diagnostics
+  from resnorm.step import step
+  for name, figures in (("mudd", {"dense_weights.png", "dense_entropy.png"}), ("laurel", {"learned_weights.png"})):
+    cfg = tiny_config(name, 3)
+    _, params, tokens, _ = init_and_apply(cfg)
+    out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
+        params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
+    result = {"step": 0, "residual": name, "num_layers": 3, **diagnostics.summarize(cfg, out, full=True)}
+    (tmp_path / name).mkdir()
+    names = {p.rsplit("/", 1)[1] for p in plots.depth_figures(result, str(tmp_path / name))}
+    assert figures <= names, names
+    rows = result["sublayers"]
+    if name == "mudd":
+      dense = result["dense_weights"]
+      assert dense[0] is None and np.array(dense[2]).shape == (4, 3)
+      np.testing.assert_allclose(np.array(dense[2])[:, 2], 1.0)       # at init: the newest source, every way
+      assert rows[1]["dense_entropy_q"] is None and rows[2]["dense_entropy_r"] == pytest.approx(0.0, abs=1e-6)
+    else:
+      assert rows[0]["laurel_alpha"] == pytest.approx(1.0) and rows[0]["pa_gain_2"] == 0.0

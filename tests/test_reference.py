@@ -95,6 +95,9 @@ CASES = {
                                            "model.norm": "rmsnorm", "model.pos": "learned"})],
     "value_residual": [("learned-3l", 3, {}),
                        ("fixed-rms", 2, {"model.value_residual.learned": False, "model.norm": "rmsnorm"})],
+    # MUDDFormer: 3 blocks (DA_1 over 2 sources, DA_2 over 3, the head's over 4), and 2 under RMSNorm with learned
+    # positions; its w2 (zero at init) gets the matrices' relative noise, so the dynamic weights are far from 0
+    "mudd": [("ln-3l", 3, {}), ("rms-learned", 2, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "ngpt": [("rope", 2, {})],
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
     # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
@@ -110,7 +113,8 @@ PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
 # mHC's b_res N(0, 1), so the Sinkhorn is far from converged after a few iterations; every other leaf (norm scales
 # and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3;
 # `redraw` {name: std}: leaves replaced by N(0, std^2).
-WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta"}
+WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta", "w1", "w2",
+           "down", "up"}
 
 
 def _perturb(params, d_model, rng, shrink=(), redraw=None):
@@ -396,7 +400,31 @@ def _value_residual_mutant(state, c, lambda_swapped=False, previous_layer=False)
   return x + y, seen["v"] if (v1 is None or previous_layer) else v1
 
 
+_REAL_MUDD_WEIGHTS = np_reference_placements.mudd_weights
+
+
+def _mudd_one_way(x, p, ways, i, eps):  # every stream read with the R way's weights (dense, not multiway)
+  a = _REAL_MUDD_WEIGHTS(x, p, ways, i, eps)
+  return np.repeat(a[:, :, -1:], ways, axis=2)
+
+
+def _mudd_no_gelu(x, p, ways, i, eps, real=np_reference_placements.gelu):  # a linear DA: W2 right after W1
+  np_reference_placements.gelu = lambda z: z
+  try:
+    return _REAL_MUDD_WEIGHTS(x, p, ways, i, eps)
+  finally:
+    np_reference_placements.gelu = real
+
+
+def _mudd_head_reads_last(outs, p, cfg):  # the head on X_L, no last DA (Eq. 8 dropped)
+  p["w1"], p["w2"], p["bias"]  # read, so the reference's unused-param check still passes
+  return outs[-1]
+
+
 MUTANTS = {  # name: (variant, case, what to replace in np_reference, the replacement)
+    "mudd one way": ("mudd", "ln-3l", "placements.mudd_weights", _mudd_one_way),
+    "mudd no gelu": ("mudd", "rms-learned", "placements.mudd_weights", _mudd_no_gelu),
+    "mudd head reads X_L": ("mudd", "ln-3l", "placements.mudd_head", _mudd_head_reads_last),
     "laurel rw unscaled": ("laurel", "rw-lr4-pa3-3l", "placements.laurel", _laurel_unscaled),
     "laurel rw swapped": ("laurel", "rw-lr4-pa3-3l", "placements.laurel",
                           functools.partial(_laurel_mutant, swap_rw=True)),

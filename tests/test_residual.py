@@ -108,6 +108,7 @@ def test_identity_inits_equal_pre_norm(name):
 @pytest.mark.parametrize("name,over", [
     ("laurel", {}),                                                      # RW 2 softmax(0) = 1, B = 0, g = 0
     ("laurel", {"model.laurel.rw": False}),
+    ("mudd", {}),                                                        # W2 = 0, a one-hot on the newest
     ("value_residual", {"model.value_residual.lambda_init": 0.0}),
     ("value_residual", {"model.value_residual.lambda_init": 0.0, "model.value_residual.learned": False})])
 def test_zero_gate_inits_equal_pre_norm(name, over):
@@ -130,6 +131,21 @@ def test_laurel_init_is_identity_leaning():
   assert np.count_nonzero(a) == 32 and a[5, 1] == pytest.approx(1 / np.sqrt(128)) and a[5, 0] == 0
   np.testing.assert_allclose(a.T @ a, np.eye(4) * 8 / 128)
   np.testing.assert_array_equal(res["down"][0], a)
+
+
+def test_mudd_init_reads_the_newest_output_through_every_way():
+  """MUDDFormer Sec. 3: W2 = 0 and a_l one-hot on the newest source (layer l's a[c, l] = 1), the last DA's on X_L;
+  W1 ~ N(0, 1/D)."""
+  layers = 4
+  _, params = _logits(tiny_config("mudd", layers))
+  dense = params["blocks"]["attn_res"]["dense"]
+  np.testing.assert_array_equal(dense["w2"], 0.0)
+  want = np.zeros((layers, 4, layers))
+  for l in range(layers):
+    want[l, :, l] = 1.0
+  np.testing.assert_array_equal(dense["bias"], want)
+  np.testing.assert_array_equal(params["final_dense"]["bias"], np.eye(layers + 1)[-1:])
+  assert 0.8 < float(np.std(dense["w1"])) * np.sqrt(32) < 1.2
 
 
 def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
@@ -159,7 +175,7 @@ def test_own_params_weight_decay():
   """DenseFormer's DWA weights are decayed (the authors' nn.Linear); Admin's omega and nGPT's scalers are not."""
   for name, decayed, exempt in [("denseformer", {"alpha"}, set()), ("admin", set(), {"omega"}),
                                 ("attn_res", set(), {"query"}), ("laurel", {"down", "up"}, {"rw_logits", "pa_gain"}),
-                                ("value_residual", set(), {"lambda"}),
+                                ("value_residual", set(), {"lambda"}), ("mudd", {"w1", "w2"}, {"bias"}),
                                 ("ngpt", set(), {"alpha", "s_qk", "s_v", "s_z"})]:
     cfg = tiny_config(name, 2)
     mask = flax.traverse_util.flatten_dict(optim.decay_mask(param_shapes(cfg), cfg))

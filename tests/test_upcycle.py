@@ -30,8 +30,8 @@ def _records(wd):
 
 
 @pytest.mark.parametrize("residual,over", [("hc", {"model.hc.n": 2}), ("frac_hc", {"model.frac_hc.m": 4}),
-                                           ("laurel", {}), ("pre_norm", {})],
-                         ids=["pre_norm->hc", "pre_norm->frac_hc", "pre_norm->laurel", "same"])
+                                           ("laurel", {}), ("mudd", {}), ("pre_norm", {})],
+                         ids=["pre_norm->hc", "pre_norm->frac_hc", "pre_norm->laurel", "pre_norm->mudd", "same"])
 def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus, residual, over):
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, residual, **{**RUN, "train.steps": 1, "train.init_from": source, **over})
@@ -107,7 +107,7 @@ def test_transition_rules():
                               ("pre_norm", "value_residual", {}, r"model.value_residual.lambda_init=0 \(no mix"),
                               ("pre_norm", "mhc_lite", {},
                                "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc, pre_norm -> laurel, "
-                               "pre_norm -> value_residual preserve")]:
+                               "pre_norm -> mudd, pre_norm -> value_residual preserve")]:
     with pytest.raises(InputError, match=msg):
       upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
 

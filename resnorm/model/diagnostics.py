@@ -148,8 +148,9 @@ def tap_stats(taps) -> dict:
 def learned_weights(taps) -> dict:
   """[S] per-sublayer learned connection weights a variant taps (docs/diagnostics.md, "Learned weights"): LAuReL's
   RW weights (laurel_alpha, laurel_beta), its PA gains (pa_gain_j, the input j sublayers back) and the size of its
-  low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda (NaN where
-  a sublayer has none: reported as null)."""
+  low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda; MUDDFormer's
+  entropy of each way's |A| normalized over its sources (dense_entropy_{q,k,v,r}, per token, averaged). NaN where a
+  sublayer has none (reported as null)."""
   out = {}
   if "rw" in taps:
     out["laurel_alpha"], out["laurel_beta"] = taps["rw"][:, 0], taps["rw"][:, 1]
@@ -159,6 +160,12 @@ def learned_weights(taps) -> dict:
     out["lr_ratio"] = jnp.mean(taps["lr_ratio"].astype(jnp.float32), axis=(1, 2))
   if "value_lambda" in taps:
     out["value_lambda"] = taps["value_lambda"]
+  if "dense" in taps:  # MUDDFormer's per-token DA weights [S, B, T, 4, J], NaN where a sublayer has no DA
+    a = jnp.abs(taps["dense"].astype(jnp.float32))
+    p = a / jnp.maximum(jnp.sum(a, axis=-1, keepdims=True), 1e-12)
+    ent = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), axis=-1)
+    ent = jnp.mean(jnp.where(jnp.isnan(jnp.sum(a, axis=-1)), jnp.nan, ent), axis=(1, 2))          # [S, 4]
+    out.update({f"dense_entropy_{w}": ent[:, i] for i, w in enumerate("qkvr")})
   return out
 
 
@@ -185,6 +192,9 @@ def summarize(cfg, out: dict, full: bool) -> dict:
       res["mixing"] = [[[round(float(x), 5) for x in row] for row in m] for m in out["mixing"]]
     if "depth_weights" in out:
       res["depth_weights"] = [[round(float(x), 5) for x in row] for row in out["depth_weights"]]
+    if "dense_weights" in out:  # MUDDFormer: per block (its attention sublayer), [4 ways][L sources]; block 0 null
+      res["dense_weights"] = [None if np.isnan(m).any() else [[round(float(x), 5) for x in row] for row in m]
+                              for m in np.asarray(out["dense_weights"])[::2]]
   return res
 
 

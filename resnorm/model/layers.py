@@ -89,25 +89,27 @@ class Attention(nn.Module):
   sharding, each keyed by name for the paired init). With `cache_len`, keys and values go to a `cache` of that many
   positions and queries attend to it (decoding). `qkv`: a variant's hook on the projected q, k, v (module class,
   `(q, k, v, rope) -> (q, k, v)`, see resnorm.model.residual.base); without it, RoPE is applied to q and k.
-  `value_fn`: a call's function on the projected values [B,T,H,K], before the hook (value residual's mix)."""
+  `value_fn`: a call's function on the projected values [B,T,H,K], before the hook (value residual's mix);
+  `kv_BTD`: (keys' input, values' input) where they differ from the queries' (MUDDFormer's K and V streams)."""
   cfg: Any
   scales: Any = None  # {"q"|"k"|"v"|"o": factor}, a variant's init rescale
   cache_len: int = 0
   qkv: Any = None
 
   @nn.compact
-  def __call__(self, x_BTD: Array, key: Array, pos_T: Array, value_fn=None) -> Array:
+  def __call__(self, x_BTD: Array, key: Array, pos_T: Array, value_fn=None, kv_BTD=None) -> Array:
     cfg, dt, kern = self.cfg, compute_dtype(self.cfg), kernels.get(self.cfg.kernels)
     b, t, d = x_BTD.shape
     h = cfg.num_heads
     k = d // h
     sc = dict(self.scales or {})
 
-    def project(name):
+    def project(name, x):
       w = base_param(self, name, matrix_init(cfg, d, d), (d, h, k), ("embed", "heads", "kv"), key, sc.get(name, 1.0))
-      return kern.project(x_BTD, w.reshape(d, h * k).astype(dt)).reshape(b, t, h, k)
+      return kern.project(x, w.reshape(d, h * k).astype(dt)).reshape(b, t, h, k)
 
-    q, kk, v = project("q"), project("k"), project("v")
+    xk, xv = kv_BTD if kv_BTD is not None else (x_BTD, x_BTD)
+    q, kk, v = project("q", x_BTD), project("k", xk), project("v", xv)
     if value_fn is not None:
       v = value_fn(v)
     rotate = (lambda x: rope(x, cfg.rope_base, pos_T)) if cfg.pos == "rope" else (lambda x: x)

@@ -174,5 +174,7 @@ def make_diag_fn(cfg, mcfg):
       out["mixing"] = jnp.mean(taps["mix"].astype(jnp.float32), axis=(1, 2))      # [S, n, n]
     if "depth" in taps:
       out["depth_weights"] = jnp.mean(taps["depth"].astype(jnp.float32), axis=(1, 2))  # [S, N+1]
+    if "dense" in taps:
+      out["dense_weights"] = jnp.mean(taps["dense"].astype(jnp.float32), axis=(1, 2))  # [S, 4, L]
     return out
   return jax.jit(fn)

@@ -37,6 +37,7 @@ UPCYCLES = {
     ("pre_norm", "frac_hc"): (lambda m: True, ""),
     ("pre_norm", "laurel"): (lambda m: not m.laurel.rw or m.laurel.rw_scale == 2.0,
                              "with path weights of 1 at init (model.laurel.rw_scale=2, or model.laurel.rw=False)"),
+    ("pre_norm", "mudd"): (lambda m: True, ""),
     ("pre_norm", "value_residual"): (lambda m: m.value_residual.lambda_init == 0,
                                      "with model.value_residual.lambda_init=0 (no mix at init)"),
 }

@@ -89,14 +89,17 @@ def _draw_depth_entropy(ax, rows, title):
 LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_1", "pa_gain_2", "pa_gain_3", "value_lambda")
 
 
-def _draw_learned(ax, rows, title):
+DENSE_KEYS = tuple(f"dense_entropy_{w}" for w in "qkvr")
+
+
+def _draw_keys(ax, rows, keys, ylabel, title):
   idx = np.arange(len(rows))
-  for key in LEARNED_KEYS:
+  for key in keys:
     if any(r.get(key) is not None for r in rows):
       col = _col(rows, key)
       ok = ~np.isnan(col)
       ax.plot(idx[ok], col[ok], ".-", ms=3, label=key)
-  ax.set(xlabel="sublayer l", ylabel="learned weight", title=title)
+  ax.set(xlabel="sublayer l", ylabel=ylabel, title=title)
 
 
 def _profiles(rows):
@@ -110,9 +113,11 @@ def _profiles(rows):
     out.append(("stream_spread", "stream_spread", _draw_spread))
   if rows and rows[0].get("depth_entropy") is not None:
     out.append(("depth_entropy", "depth_entropy", _draw_depth_entropy))
-  learned = [k for k in LEARNED_KEYS if any(r.get(k) is not None for r in rows)]
-  if learned:
-    out.append(("learned_weights", learned[0], _draw_learned))
+  for name, keys, ylabel in (("learned_weights", LEARNED_KEYS, "learned weight"),
+                             ("dense_entropy", DENSE_KEYS, "entropy of |A| over the sources (nats)")):
+    present = [k for k in keys if any(r.get(k) is not None for r in rows)]
+    if present:
+      out.append((name, present[0], lambda ax, r, t, keys=keys, ylabel=ylabel: _draw_keys(ax, r, keys, ylabel, t)))
   return out
 
 
@@ -152,6 +157,18 @@ def depth_figures(result: dict, outdir: str, prefix: str = "") -> list[str]:
     fig.colorbar(im, ax=ax, label="mean weight")
     ax.set(xlabel="source j (0: embedding; then blocks)", ylabel="sublayer l", title=f"depth attention, {title}")
     paths.append(_save(fig, storage.join(outdir, f"{prefix}depth_weights.png")))
+  if "dense_weights" in result:  # MUDDFormer: row l, block l's token-averaged DA weights per way
+    w = np.array([[[np.nan] * len(result["dense_weights"])] * 4 if m is None else m
+                  for m in result["dense_weights"]], dtype=float)                          # [L, 4, L]
+    fig, axes = plt.subplots(1, 4, figsize=(10, 2.8), sharey=True)
+    vmax = max(float(np.nanmax(np.abs(w))) if np.isfinite(w).any() else 1.0, 1e-6)
+    for c, (ax, way) in enumerate(zip(axes, "QKVR")):
+      im = ax.imshow(w[:, c], cmap="RdBu_r", vmin=-vmax, vmax=vmax, origin="lower", aspect="auto")
+      ax.set(title=f"{way} way", xlabel="source j (0: embedding)")
+    axes[0].set(ylabel="block l")
+    fig.colorbar(im, ax=axes[-1], label="mean A[l, j]")
+    fig.suptitle(f"dense weights, {title}")
+    paths.append(_save(fig, storage.join(outdir, f"{prefix}dense_weights.png")))
   return paths
 
 

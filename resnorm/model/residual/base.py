@@ -6,7 +6,8 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
   `sublayer(cfg)(state, branch, norm, layer, sub) -> (state, taps)`, where
     * `state` is the scan carry: `x_BTD`, or `h_BTnD` for multi-stream variants;
     * `branch(h_BTD) -> y_BTD` is the sublayer F (attention or MLP) with its base weights; attention's also takes
-      `value_fn=`, a function on its projected values [B,T,H,K] (value residual's mix with the first layer's);
+      `value_fn=`, a function on its projected values [B,T,H,K] (value residual's mix with the first layer's), and
+      `kv_BTD=(keys' input, values' input)` where those differ from the queries' input (MUDDFormer);
     * `norm(h_BTD)` is the sublayer's own norm (a base weight; a variant may skip it or add its own);
     * `layer` (block index, 0-based) and `sub` (sublayer index 2*layer + {0: attn, 1: mlp}) are traced ints;
     * `taps` is a dict of what diagnostics read: `u` (the branch input before the sublayer's own norm), `f` (F's

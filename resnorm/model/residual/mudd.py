@@ -1,0 +1,127 @@
+"""MUDDFormer, multiway dynamic dense connections (Xiao et al., arXiv 2502.12170, ICML 2025): each block reads its
+query, key, value and residual inputs as four separate, per-token weightings of the embedding and every earlier
+block's output, on Pre-Norm blocks. Blocks l = 0 .. L-1, X_0 the embedding, X_{l+1} block l's output:
+
+    A_l(X_l) = GELU(RMSNorm(X_l) W1_l) W2_l + a_l          [T, C, l+1], C = 4 ways (Eq. 6, multiway)
+    Xbar^c_l = sum_{j<=l} A_l[c, j] X_j                    c in {Q, K, V, R}            (Eqs. 3, 5)
+    X^A      = MHA(N(Xbar^Q), N(Xbar^K), N(Xbar^V)) + Xbar^R                                (Eq. 7)
+    X_{l+1}  = FFN(N(X^A)) + X^A
+    head     = final N( sum_{j<=L} A_L[R, j] X_j )          the last DA has the R way only  (Eq. 8)
+
+Block 0 reads four copies of the embedding (no DA before it). RMSNorm before W1 has no gain (one is redundant with
+W1); its eps is `model.norm_eps`. The hidden width of DA_l is C (l + 1), the multiway form of Eq. 6's l + 1 (W1:
+D x C(l+1), W2: C(l+1) x C(l+1)). Init (Sec. 3): W1 ~ N(0, 1/D), W2 = 0, a_l one-hot on the newest source
+(a_l[c, l] = 1), so every stream is X_l and the model is Pre-Norm exactly at init (tested), which also lets
+`pre_norm -> mudd` upcycling keep the function.
+
+Deviations (docs/variants.md): N is the block's own attention norm applied to each of Xbar^Q, Xbar^K, Xbar^V, as
+Eq. 7 writes one LN; the authors' code gives each stream its own norm. The authors' code widens the last DA's
+hidden layer 4x and rounds widths up to multiples of 64; here the widths are the paper's. W1 and W2 are
+weight-decayed, the static a_l (gates) are not; the authors' code decays everything. The FFN width schedule of
+Eq. 9 and PrePostDANorm (Eq. 10) are not built.
+
+The params are stacked over layers, so each layer stores the largest shape (L sources, hidden 4L) and masks what
+it does not read (DenseFormer's layout); block 0's DA is stored and unused. The carry is [B, T, L+2, D]: slot 0
+the attention sublayer's X^A, slot 1 + j the output X_j; the scan's backward keeps it per block, L (L+2) D per
+token, quadratic in depth (docs/scaling.md).
+"""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from resnorm.model.residual.base import Variant, register
+
+WAYS = 4  # Q, K, V, R
+
+
+class DenseWeights(nn.Module):
+  """A [B, T, ways, J] = GELU(RMSNorm(x) W1) W2 + a over sources j <= i (zero beyond), hidden units < ways (i+1)."""
+  cfg: object
+  ways: int
+  sources: int
+
+  @nn.compact
+  def __call__(self, x_BTD, i):
+    c, j_max, d = self.ways, self.sources, x_BTD.shape[-1]
+    w1 = self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
+                    (d, c * j_max))
+    w2 = self.param("w2", nn.initializers.zeros, (c * j_max, c * j_max))
+    a = self.param("bias", lambda _rng, shape: jnp.broadcast_to(jax.nn.one_hot(i, j_max), shape), (c, j_max))
+    x = x_BTD.astype(jnp.float32)
+    x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps)
+    h = jax.nn.gelu(x @ w1, approximate=True) * (jnp.arange(c * j_max) < c * (i + 1))[None, None]
+    dyn = (h @ w2).reshape(x_BTD.shape[:2] + (c, j_max))
+    return jnp.where((jnp.arange(j_max) <= i)[None, None, None], dyn + a[None, None], 0.0)  # [B, T, ways, J] f32
+
+
+class MuddAttn(nn.Module):
+  """Streams Q, K, V, R from DA_l over X_0..X_l (block 0: the embedding), then X^A = R + MHA(N Q, N K, N V)."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, s_BTSD, branch, norm, layer, sub):
+    num = self.cfg.num_layers
+    x_l = jax.lax.dynamic_index_in_dim(s_BTSD, layer + 1, axis=2, keepdims=False)
+    a_BTCJ = DenseWeights(self.cfg, WAYS, num, name="dense")(x_l, layer)
+    streams = jnp.einsum("btcj,btjd->btcd", a_BTCJ.astype(s_BTSD.dtype), s_BTSD[:, :, 1:num + 1])
+    first = layer == 0
+    streams = jnp.where(first, jnp.broadcast_to(s_BTSD[:, :, 1:2], streams.shape), streams)  # block 0: X_0 x 4
+    q, k, v, r = (streams[:, :, c] for c in range(WAYS))
+    f_BTD = branch(norm(q), kv_BTD=(norm(k), norm(v)))
+    taps = {"u": r, "f": f_BTD, "dense": jnp.where(first, jnp.nan, a_BTCJ)}
+    return s_BTSD.at[:, :, 0].set(r + f_BTD), taps
+
+
+class MuddMLP(nn.Module):
+  """X_{l+1} = X^A + FFN(N(X^A)), written to slot l + 2."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, s_BTSD, branch, norm, layer, sub):
+    xa = s_BTSD[:, :, 0]
+    f_BTD = branch(norm(xa))
+    s_BTSD = jax.lax.dynamic_update_index_in_dim(s_BTSD, xa + f_BTD, layer + 2, axis=2)
+    b, t = xa.shape[:2]
+    return s_BTSD, {"u": xa, "f": f_BTD, "dense": jnp.full((b, t, WAYS, self.cfg.num_layers), jnp.nan)}
+
+
+def _start(cfg, x_BTD):
+  b, t, d = x_BTD.shape
+  return jnp.concatenate([x_BTD[:, :, None], x_BTD[:, :, None],
+                          jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)], axis=2)
+
+
+def _finish(cfg, s_BTSD):
+  num = cfg.num_layers
+  a = DenseWeights(cfg, 1, num + 1, name="final_dense")(s_BTSD[:, :, num + 1], num)
+  return jnp.einsum("btj,btjd->btd", a[:, :, 0].astype(s_BTSD.dtype), s_BTSD[:, :, 1:])
+
+
+def _da_params(d, ways, sources):
+  return d * ways * sources + (ways * sources) ** 2 + ways * sources
+
+
+def mudd_params_used(cfg) -> int:
+  """The paper's count: DA_l for l = 1 .. L-1 over l + 1 sources (4 ways), and the last DA (R way, L + 1)."""
+  d, num = cfg.d_model, cfg.num_layers
+  return sum(_da_params(d, WAYS, l + 1) for l in range(1, num)) + _da_params(d, 1, num + 1)
+
+
+def _params(cfg) -> int:
+  """As stored: every layer at the largest shape (L sources), plus the last DA."""
+  d, num = cfg.d_model, cfg.num_layers
+  return num * _da_params(d, WAYS, num) + _da_params(d, 1, num + 1)
+
+
+def _flops(cfg) -> int:
+  """Per token, forward, as computed (padded, masked): per block the DA's two matmuls, its RMSNorm (3 D), GELU and
+  the four weighted sums over L sources; and the last DA."""
+  d, num = cfg.d_model, cfg.num_layers
+  def da(ways, sources):
+    k = ways * sources
+    return 2 * d * k + 2 * k * k + 3 * d + 8 * k + 2 * ways * sources * d
+  return num * da(WAYS, num) + da(1, num + 1)
+
+
+register(Variant("mudd", (MuddAttn, MuddMLP), start=_start, finish=_finish, decay=("w1", "w2"),
+                 extra_params=_params, extra_flops=_flops))
