@@ -89,7 +89,7 @@ def test_thin_keeps_the_first_and_the_newest():
 
 def test_depth_figures_draw_within_budget_and_always_at_the_last_step(monkeypatch):
   drawn = []
-  monkeypatch.setattr(tb_figures, "tb_diagnostics", lambda tb, history, title: drawn.append(history[-1][0]))
+  monkeypatch.setattr(tb_figures, "tb_diagnostics", lambda tb, history, title, mixing=None: drawn.append(history[-1][0]))
   figs = tb_figures.DepthFigures(object(), "t", [])
   figs.add(2, [], last=False, elapsed_s=1e6)   # budget allows: drawn
   figs.add(4, [], last=False, elapsed_s=0.0)   # no budget: not drawn

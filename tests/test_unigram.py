@@ -133,7 +133,8 @@ def test_tensorboard_scalar_tags_do_not_grow_with_depth(runs):
     tags[cfg.model.num_layers] = acc.Tags()
   assert set(tags[2]["scalars"]) == set(tags[6]["scalars"]) and len(tags[6]["scalars"]) <= 16, tags[6]["scalars"]
   assert {"unigram_eval_loss", "eval_loss", "diag/grad_ratio_last_first"} <= set(tags[6]["scalars"])
-  assert {"depth/grad_norm", "depth/act_rms", "depth/update_ratio", "depth/cosine"} == set(tags[6]["images"])
+  assert {"depth/grad_norm", "depth/act_rms", "depth/update_ratio", "depth/cosine",
+          "depth/mixing_matrix"} == set(tags[6]["images"])
 
 
 def test_neg_log_probs_by_hand_with_as_many_documents_as_bytes():

@@ -30,8 +30,8 @@ def _records(wd):
 
 
 @pytest.mark.parametrize("residual,over", [("hc", {"model.hc.n": 2}), ("frac_hc", {"model.frac_hc.m": 4}),
-                                           ("laurel", {}), ("mudd", {}), ("pre_norm", {})],
-                         ids=["pre_norm->hc", "pre_norm->frac_hc", "pre_norm->laurel", "pre_norm->mudd", "same"])
+                                           ("mudd", {}), ("pre_norm", {})],
+                         ids=["pre_norm->hc", "pre_norm->frac_hc", "pre_norm->mudd", "same"])
 def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus, residual, over):
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, residual, **{**RUN, "train.steps": 1, "train.init_from": source, **over})
