@@ -55,6 +55,13 @@ BAD = [
 ]
 
 
+def test_laurel_pa_reaches_back_over_every_sublayer():
+  """pa_k counts sublayers (2 per layer): every earlier sublayer's input is allowed, one more is not."""
+  configlib.validate(tiny_config("laurel", **{"model.laurel.pa_k": 4}))
+  with pytest.raises(InputError, match=r"model.laurel.pa_k=5 must be an integer in 1..4"):
+    configlib.validate(tiny_config("laurel", **{"model.laurel.pa_k": 5}))
+
+
 @pytest.mark.parametrize("residual,over,msg", BAD, ids=[m for _, _, m in BAD])
 def test_validate_names_the_field(residual, over, msg):
   cfg = tiny_config(residual, **over)

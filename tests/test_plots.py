@@ -38,7 +38,8 @@ def test_attn_res_depth_figures_show_its_depth_attention(tmp_path):
 
 
 def test_mudd_and_laurel_figures(tmp_path):
-  """MUDDFormer's token-averaged DA weights per way and their entropies; LAuReL's learned weights profile."""
+  """MUDDFormer's token-averaged DA weights per way and their entropies; LAuReL's and value residual's learned
+  weights profile."""
   import jax.numpy as jnp
   import numpy as np
   import pytest
@@ -46,7 +47,8 @@ def test_mudd_and_laurel_figures(tmp_path):
   from resnorm.config import configlib
   from resnorm.model import diagnostics
   from resnorm.step import step
-  for name, figures in (("mudd", {"dense_weights.png", "dense_entropy.png"}), ("laurel", {"learned_weights.png"})):
+  for name, figures in (("mudd", {"dense_weights.png", "dense_entropy.png"}), ("laurel", {"learned_weights.png"}),
+                        ("value_residual", {"learned_weights.png"})):
     cfg = tiny_config(name, 3)
     _, params, tokens, _ = init_and_apply(cfg)
     out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
@@ -61,5 +63,7 @@ def test_mudd_and_laurel_figures(tmp_path):
       assert dense[0] is None and np.array(dense[2]).shape == (4, 3)
       np.testing.assert_allclose(np.array(dense[2])[:, 2], 1.0)       # at init: the newest source, every way
       assert rows[1]["dense_entropy_q"] is None and rows[2]["dense_entropy_r"] == pytest.approx(0.0, abs=1e-6)
-    else:
+    elif name == "laurel":
       assert rows[0]["laurel_alpha"] == pytest.approx(1.0) and rows[0]["pa_gain_2"] == 0.0
+    else:  # the first layer's lambda is stored but unused, and the MLPs have none
+      assert [r["value_lambda"] for r in rows] == [None, None, 0.5, None, 0.5, None]
