@@ -86,7 +86,7 @@ def _draw_depth_entropy(ax, rows, title):
   ax.set(xlabel="sublayer l", ylabel="nats", title=title)
 
 
-LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_1", "pa_gain_2", "pa_gain_3", "value_lambda")
+LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_", "value_lambda")  # pa_gain_: every j
 
 
 DENSE_KEYS = tuple(f"dense_entropy_{w}" for w in "qkvr")
@@ -95,10 +95,9 @@ DENSE_KEYS = tuple(f"dense_entropy_{w}" for w in "qkvr")
 def _draw_keys(ax, rows, keys, ylabel, title):
   idx = np.arange(len(rows))
   for key in keys:
-    if any(r.get(key) is not None for r in rows):
-      col = _col(rows, key)
-      ok = ~np.isnan(col)
-      ax.plot(idx[ok], col[ok], ".-", ms=3, label=key)
+    col = _col(rows, key)
+    ok = ~np.isnan(col)
+    ax.plot(idx[ok], col[ok], ".-", ms=3, label=key)
   ax.set(xlabel="sublayer l", ylabel=ylabel, title=title)
 
 
@@ -115,9 +114,10 @@ def _profiles(rows):
     out.append(("depth_entropy", "depth_entropy", _draw_depth_entropy))
   for name, keys, ylabel in (("learned_weights", LEARNED_KEYS, "learned weight"),
                              ("dense_entropy", DENSE_KEYS, "entropy of |A| over the sources (nats)")):
-    present = [k for k in keys if any(r.get(k) is not None for r in rows)]
+    present = [k for k in (rows[0] if rows else {})
+               if k.startswith(keys) and any(r.get(k) is not None for r in rows)]
     if present:
-      out.append((name, present[0], lambda ax, r, t, keys=keys, ylabel=ylabel: _draw_keys(ax, r, keys, ylabel, t)))
+      out.append((name, present[0], lambda ax, r, t, keys=present, ylabel=ylabel: _draw_keys(ax, r, keys, ylabel, t)))
   return out
 
 
