@@ -124,14 +124,14 @@ def gelu(x):
 
 def mudd_weights(x, p, ways, i, eps):
   """MUDDFormer (arXiv 2502.12170) Eq. 6, multiway, over the sources j = 0..i: A = GELU(RMSNorm(x) W1) W2 + a,
-  [B, T, ways, i + 1], RMSNorm without a gain, W1 [D, ways (i+1)], W2 [ways (i+1), ways (i+1)]. The model stores each
-  layer padded to J sources: W1's first ways (i+1) columns, W2's rows likewise and its columns c J + j (j <= i),
-  a[c, j <= i]."""
+  [B, T, ways, i + 1], RMSNorm without a gain, hidden width 4 (i+1) for every DA (the last, one way out, too):
+  W1 [D, 4 (i+1)], W2 [4 (i+1), ways (i+1)]. The model stores each layer padded to J sources: W1's first 4 (i+1)
+  columns, W2's rows likewise and its columns c J + j (j <= i), a[c, j <= i]."""
   j_max = p["bias"].shape[1]
-  k = ways * (i + 1)
-  w2 = p["w2"][:k].reshape(k, ways, j_max)[:, :, : i + 1].reshape(k, ways * (i + 1))
+  h = 4 * (i + 1)
+  w2 = p["w2"][:h].reshape(h, ways, j_max)[:, :, : i + 1].reshape(h, ways * (i + 1))
   xn = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-  a = gelu(xn @ p["w1"][:, :k]) @ w2
+  a = gelu(xn @ p["w1"][:, :h]) @ w2
   return a.reshape(x.shape[:2] + (ways, i + 1)) + p["bias"][:, : i + 1]
 
 

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.model import residual
+from resnorm.model.depth_store import Store, layer_scan
 from resnorm.model.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
 from resnorm.model.norms import make_norm
 
@@ -51,14 +52,16 @@ class Block(nn.Module):
       taps.append(t)
     if variant.after_block is not None:
       state = variant.after_block(cfg, name="after_block")(state, layer)
-    state = nn.with_logical_constraint(state, _state_axes(state))
+    if isinstance(state, Store):
+      state = state.flush()
+    state = jax.tree.map(lambda a: nn.with_logical_constraint(a, _state_axes(a)), state)
     if not self.collect:
       return state, None
     return state, jax.tree.map(lambda a, b: jnp.stack([a, b]), *taps)  # [2, ...] (attn, mlp)
 
 
-def _state_axes(state):
-  return ("batch", "seq", "act_embed") if state.ndim == 3 else ("batch", "seq", "streams", "act_embed")
+def _state_axes(a):
+  return ("batch", "seq", "act_embed") if a.ndim == 3 else ("batch", "seq", "streams", "act_embed")
 
 
 def _block_class(cfg, decode: bool):
@@ -104,7 +107,12 @@ class LM(nn.Module):
     all_taps, offset = [], 0
     for name, length, sublayer in variant.layer_segments(cfg):
       layers = jnp.arange(offset, offset + length, dtype=jnp.int32)
-      if cfg.scan_layers:
+      if cfg.scan_layers and isinstance(state, Store) and not (self.is_initializing() or self.cache_len):
+        # a depth store: the same blocks and params, with the store kept once by the backward (depth_store)
+        mod = block(cfg, sublayer, scales, self.collect, 0, parent=None)
+        body = lambda p, s, layer, consts: mod.apply({"params": p}, s, layer, *consts)
+        state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T))
+      elif cfg.scan_layers:
         stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast), length=length,
                         metadata_params={nn.PARTITION_NAME: "layers"})

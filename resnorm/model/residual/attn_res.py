@@ -16,16 +16,20 @@ the final norm (Sec. 3.2: "the final output layer aggregates all N block represe
 Block AttnRes (`attn_res_block`, Sec. 3.2): the 2L sublayers form N = `model.attn_res.num_blocks` blocks of
 S = 2L / N; a block's summary b_n is the sum of its sublayers' outputs, b_0 the embedding. Sublayer i of block n
 attends over b_0 .. b_{n-1} and, from its second sublayer on, the partial sum of block n. Full AttnRes is the case
-S = 1, so both are this one module: the scan carry holds N + 1 slots [B, T, N+1, D] (slot 0 the embedding, slot
-n + 1 block n's running sum), and a mask picks the slots a sublayer reads.
+S = 1, so both are this one module, on a depth store (resnorm.model.depth_store): slot 0 the embedding, slot n + 1
+block n's summary, each written once it is complete (Block: rewritten after each of its sublayers, read only by
+later blocks); the running partial sum of the current block rides the carry as the store's `x`.
 
 Init: w = 0 (Sec. 5: "all pseudo-query vectors must be initialized to zero"), so every weight is 1 / (number of
 sources): h_l is the mean of the sources, Pre-Norm's sum divided by their count. Every reader of h_l (the
-sublayer's norm, the final norm) is invariant to a positive rescaling up to its eps, so at init the model computes
-Pre-Norm's function (up to eps; exactly as eps -> 0, tested), and `pre_norm -> attn_res` upcycling keeps it.
+sublayer's norm, the final norm) is invariant to a positive rescaling up to its eps when it is LayerNorm or RMSNorm,
+so under those norms the model computes Pre-Norm's function at init (up to eps; exactly as eps -> 0, tested), and
+`pre_norm -> attn_res` upcycling keeps it. Under DyT or Derf (elementwise, not scale-invariant) it does not: the
+mean is not the sum.
 
-Memory: the carry is (N + 1) D values per token, and the scan's backward keeps the carry of every block: for Full
-AttnRes L (2L + 1) D per token, quadratic in depth (the paper's own implementation keeps each output once, O(L D)).
+Memory per token: the store, (N + 1) D values (Full: (2L + 1) D), kept once by the backward, plus each
+sublayer's own activations; the per-sublayer depth weights are (N + 2) values. Each sublayer computes its logits
+and weighted sum over all N + 1 slots (the ones it does not read at weight 0): 7 (N + 1) D FLOPs per token.
 The pseudo-queries are not weight-decayed (the paper does not say; they are gates, as HC's static weights).
 """
 import flax.linen as nn
@@ -33,6 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
+from resnorm.model.depth_store import Store, rms_logit
 from resnorm.model.residual.base import Variant, register
 
 
@@ -42,44 +47,50 @@ def num_blocks(cfg) -> int:
 
 
 class DepthAttention(nn.Module):
-  """h = sum_i softmax_i(w . RMSNorm(v_i)) v_i over the slots where `valid_S`; returns h and the weights [B,T,S]."""
+  """h = sum_i softmax_i(w . RMSNorm(v_i)) v_i over the store's slots where `valid_S` and, where `use_partial`,
+  the block's partial sum; returns h and the weights [B, T, S] (the partial's at slot `partial_slot`)."""
   cfg: object
 
   @nn.compact
-  def __call__(self, s_BTSD, valid_S):
-    w_D = self.param("query", nn.initializers.zeros, (s_BTSD.shape[-1],))
-    v = s_BTSD.astype(jnp.float32)
-    k = v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + self.cfg.norm_eps)
-    logits = jnp.where(valid_S[None, None], jnp.einsum("btsd,d->bts", k, w_D), -jnp.inf)
-    a_BTS = jax.nn.softmax(logits, axis=-1)
-    return jnp.einsum("bts,btsd->btd", a_BTS, v).astype(s_BTSD.dtype), a_BTS
+  def __call__(self, store: Store, valid_S, partial_slot=None, use_partial=False):
+    eps, dt = self.cfg.norm_eps, store.buf.dtype
+    w_D = self.param("query", nn.initializers.zeros, (store.buf.shape[-1],))
+    z_BTS = jnp.where(valid_S[None, None], store.rms_logits(w_D, eps), -jnp.inf)
+    if partial_slot is None:
+      a_BTS = jax.nn.softmax(z_BTS, axis=-1)
+      return store.weighted(a_BTS[:, :, None])[:, :, 0].astype(dt), a_BTS
+    p_BTD = store.x
+    z_p = jnp.where(use_partial, rms_logit(p_BTD[:, :, None], w_D, eps), -jnp.inf)      # [B, T, 1]
+    a = jax.nn.softmax(jnp.concatenate([z_BTS, z_p], axis=-1), axis=-1)
+    a_BTS, a_p = a[:, :, :-1], a[:, :, -1:]
+    h_BTD = store.weighted(a_BTS[:, :, None])[:, :, 0] + a_p * p_BTD.astype(jnp.float32)
+    return h_BTD.astype(dt), a_BTS + a_p * (jnp.arange(store.num_slots) == partial_slot)[None, None]
 
 
 class AttnResSublayer(nn.Module):
-  """Sublayer `sub` reads the slots of the blocks before its own (and its block's partial sum after the block's
-  first sublayer), and adds its output to its block's slot."""
+  """Sublayer `sub` reads the summaries of the blocks before its own (and its block's partial sum after the block's
+  first sublayer), adds its output to the partial sum and writes that to its block's slot."""
   cfg: object
 
   @nn.compact
-  def __call__(self, s_BTSD, branch, norm, layer, sub):
+  def __call__(self, store: Store, branch, norm, layer, sub):
     per = 2 * self.cfg.num_layers // num_blocks(self.cfg)          # S sublayers per block
     n, i = sub // per, sub % per                                    # block n (0-based), i-th sublayer in it
-    j = jnp.arange(s_BTSD.shape[2])
-    valid = (j <= n) | ((j == n + 1) & (i > 0))
-    h_BTD, a_BTS = DepthAttention(self.cfg, name="depth")(s_BTSD, valid)
+    valid = jnp.arange(store.num_slots) <= n
+    h_BTD, a_BTS = DepthAttention(self.cfg, name="depth")(store, valid, n + 1, i > 0)
     f_BTD = branch(norm(h_BTD))
-    slot = jax.lax.dynamic_index_in_dim(s_BTSD, n + 1, axis=2, keepdims=False)
-    s_BTSD = jax.lax.dynamic_update_index_in_dim(s_BTSD, slot + f_BTD, n + 1, axis=2)
-    return s_BTSD, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+    p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
+    return store.with_x(p_BTD).write(n + 1, p_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  return jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, num_blocks(cfg), d), x_BTD.dtype)], axis=2)
+  buf = jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, num_blocks(cfg), d), x_BTD.dtype)], axis=2)
+  return Store(x=jnp.zeros_like(x_BTD), buf=buf)
 
 
-def _finish(cfg, s_BTSD):
-  h_BTD, _ = DepthAttention(cfg, name="final_res")(s_BTSD, jnp.ones((s_BTSD.shape[2],), bool))
+def _finish(cfg, store: Store):
+  h_BTD, _ = DepthAttention(cfg, name="final_res")(store, jnp.ones((store.num_slots,), bool))
   return h_BTD
 
 

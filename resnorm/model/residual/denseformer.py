@@ -8,34 +8,33 @@ dilation k = `model.denseformer.dilation` (the DWA after block i reads only the 
 p = `model.denseformer.period` (a DWA only after the blocks with i = 0 mod p; the others pass Y_i = X_i on), as
 the authors' `DWAModules`. The DWA weights are weight-decayed, as in the authors' code (nn.Linear weights).
 
-The DWA needs every earlier output, so the scan carry is a buffer, not one stream: state [B, T, L+2, D] with slot 0
-the current stream (the block input Y) and slot 1 + j the output X_j (j = 0..L; slots of later blocks hold zeros).
-The sublayers are Pre-LN on slot 0; `after_block` (module `after_block`, param `alpha` [L+1] per block, stacked
-[L, L+1]) writes X_i to its slot and puts the DWA into slot 0. The weights outside the mask (j > i, the dilation
-and period) are stored but multiplied by 0 and never used: the paper's count is sum over DWA blocks i of
-floor(i/k) + 1.
+The DWA reads every earlier output, so the state is a depth store (resnorm.model.depth_store): slot j holds X_j
+(j = 0..L), written once after block j; the current stream Y rides the carry as the store's `x`. The sublayers are
+Pre-LN on it; `after_block` (module `after_block`, param `alpha` [L+1] per block, stacked [L, L+1]) writes X_i and
+sets Y_i to the DWA. The weights outside the mask (j > i, the dilation and period) are stored but multiplied by 0
+and never used: the paper's count is sum over DWA blocks i of floor(i/k) + 1.
 
-Memory: the carry is (L+2) D values per token, and the backward keeps the carry of every block, L (L+2) D values
-per token (the dense DWA over a buffer in a scan carry; the authors' PyTorch code holds each X_j once, (L+1) D).
-Dilation and period reduce the weights, not this buffer.
+Memory per token: the store, (L + 1) D, kept once by the backward (the authors' code holds each X_j once), plus
+the blocks' own activations. The DWA after each block computes over all L + 1 slots (2 (L + 1) D FLOPs per token).
 """
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
+from resnorm.model.depth_store import Store
 from resnorm.model.residual.base import Variant, register
 
 
 class DenseSublayer(nn.Module):
-  """Pre-LN on the current stream (slot 0): y <- y + F(N(y))."""
+  """Pre-LN on the current stream: y <- y + F(N(y))."""
   cfg: object
 
   @nn.compact
-  def __call__(self, s, branch, norm, layer, sub):
-    x = s[:, :, 0]
+  def __call__(self, store: Store, branch, norm, layer, sub):
+    x = store.x
     y = branch(norm(x))
-    return s.at[:, :, 0].set(x + y), {"u": x, "f": y}
+    return store.with_x(x + y), {"u": x, "f": y}
 
 
 def dwa_mask(cfg, i):
@@ -49,25 +48,25 @@ class DWA(nn.Module):
   cfg: object
 
   @nn.compact
-  def __call__(self, s, layer):
+  def __call__(self, store: Store, layer):
     i = layer + 1
     n = self.cfg.num_layers + 1
     alpha = self.param("alpha", lambda _rng, shape: jax.nn.one_hot(i, n, dtype=jnp.float32), (n,))
-    x_i = s[:, :, 0]
-    s = jax.lax.dynamic_update_slice_in_dim(s, x_i[:, :, None], i + 1, axis=2)
-    w = jnp.where(dwa_mask(self.cfg, i), alpha, 0.0).astype(s.dtype)
-    y = jnp.where(i % self.cfg.denseformer.period == 0, jnp.einsum("btjd,j->btd", s[:, :, 1:], w), x_i)
-    return s.at[:, :, 0].set(y)
+    x_i = store.x
+    store = store.write(i, x_i)
+    w_BT1S = jnp.broadcast_to(jnp.where(dwa_mask(self.cfg, i), alpha, 0.0), x_i.shape[:2] + (1, n))
+    y = jnp.where(i % self.cfg.denseformer.period == 0, store.weighted(w_BT1S)[:, :, 0].astype(x_i.dtype), x_i)
+    return store.with_x(y)
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   empty = jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)
-  return jnp.concatenate([x_BTD[:, :, None], x_BTD[:, :, None], empty], axis=2)
+  return Store(x=x_BTD, buf=jnp.concatenate([x_BTD[:, :, None], empty], axis=2))
 
 
-def _finish(cfg, s):
-  return s[:, :, 0]
+def _finish(cfg, store: Store):
+  return store.x
 
 
 def dwa_weights_used(cfg) -> int:

@@ -18,7 +18,12 @@ function; with c = 1 it is refused. The paper places one LAuReL per layer in its
 resnorm's unit of residual. Gemma 3n's form (one LAuReL per layer around attention, the low-rank branch read from
 the normed input and RMS-normed, fixed weights 1/sqrt(2)) is not this variant; docs/variants.md says how it differs.
 
-The carry is [B, T, k, D]: slot 0 the stream x_l, slot j the input of sublayer l - j (zeros before the first).
+PA reads earlier inputs, so the state is a depth store (resnorm.model.depth_store): the stream x_l rides the carry
+as the store's `x`, and slot (k - 1) + m holds the input of sublayer m, written once by that sublayer (the k - 1
+leading slots stay zero: the inputs before the first sublayer). Sublayer l reads the window of slots l .. l + k - 2,
+exactly the k - 1 inputs it weights, when k - 1 <= WINDOW_MAX; a larger k reads them as a weighted sum over the
+whole store (2 (2L + k - 1) D FLOPs per token, no window to keep). Memory per token: the store, (2L + k - 1) D,
+kept once by the backward, plus each sublayer's window where there is one, (k - 1) D <= 8 D: linear in depth.
 A and B are weight-decayed, as matrices; alpha, beta and g are gates and are not (the paper says neither).
 """
 import flax.linen as nn
@@ -26,6 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
+from resnorm.model.depth_store import Store
 from resnorm.model.residual.base import Variant, register
 
 
@@ -35,14 +41,19 @@ def column_orthogonal(_rng, shape, dtype=jnp.float32):
   return (jnp.arange(d)[:, None] % r == jnp.arange(r)[None]).astype(dtype) / jnp.sqrt(float(r * d)).astype(dtype)
 
 
+# PA reads at most this many earlier inputs as a window (each sublayer's window is a residual of its gains'
+# gradient, (k - 1) D per token); more are read as a weighted sum over the whole store (residual: the store alone)
+WINDOW_MAX = 8
+
+
 class Laurel(nn.Module):
   cfg: object
 
   @nn.compact
-  def __call__(self, s_BTkD, branch, norm, layer, sub):
-    lc, dt = self.cfg.laurel, s_BTkD.dtype
-    d = s_BTkD.shape[-1]
-    x_BTD = s_BTkD[:, :, 0]
+  def __call__(self, store: Store, branch, norm, layer, sub):
+    lc = self.cfg.laurel
+    x_BTD = store.x
+    dt, d = x_BTD.dtype, x_BTD.shape[-1]
     f_BTD = branch(norm(x_BTD))
     taps = {"u": x_BTD, "f": f_BTD}
     r_BTD = x_BTD
@@ -56,24 +67,33 @@ class Laurel(nn.Module):
           jnp.linalg.norm(x32, axis=-1), 1e-12)                                        # [B, T]
     if lc.pa_k > 1:
       g_j = self.param("pa_gain", nn.initializers.zeros, (lc.pa_k - 1,))
-      r_BTD = r_BTD + jnp.einsum("btjd,j->btd", s_BTkD[:, :, 1:], g_j.astype(dt))
+      # row m of the window is the input of sublayer sub - (k - 1) + m, j = k - 1 - m back: gain g_{j-1}
+      if lc.pa_k - 1 <= WINDOW_MAX:
+        win = store.window(sub, lc.pa_k - 1)
+        r_BTD = r_BTD + jnp.einsum("btjd,j->btd", win, g_j[::-1].astype(dt))
+      else:
+        w_S = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((store.num_slots,)), g_j[::-1], sub, axis=0)
+        w_BT1S = jnp.broadcast_to(w_S, x_BTD.shape[:2] + (1, store.num_slots))
+        r_BTD = r_BTD + store.weighted(w_BT1S)[:, :, 0].astype(dt)
       taps["pa_gain"] = g_j
+      store = store.write(sub + lc.pa_k - 1, x_BTD)
     if lc.rw:
       w = lc.rw_scale * jax.nn.softmax(self.param("rw_logits", nn.initializers.zeros, (2,)))
       new_BTD = w[0].astype(dt) * f_BTD + w[1].astype(dt) * r_BTD
       taps["rw"] = w
     else:
       new_BTD = f_BTD + r_BTD
-    return jnp.concatenate([new_BTD[:, :, None], s_BTkD[:, :, :-1]], axis=2), taps
+    return store.with_x(new_BTD), taps
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  return jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, cfg.laurel.pa_k - 1, d), x_BTD.dtype)], axis=2)
+  slots = 2 * cfg.num_layers + cfg.laurel.pa_k - 1 if cfg.laurel.pa_k > 1 else 0
+  return Store(x=x_BTD, buf=jnp.zeros((b, t, slots, d), x_BTD.dtype))
 
 
-def _finish(cfg, s_BTkD):
-  return s_BTkD[:, :, 0]
+def _finish(cfg, store: Store):
+  return store.x
 
 
 def _params(cfg) -> int:

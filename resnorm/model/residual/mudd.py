@@ -10,7 +10,8 @@ block's output, on Pre-Norm blocks. Blocks l = 0 .. L-1, X_0 the embedding, X_{l
 
 Block 0 reads four copies of the embedding (no DA before it). RMSNorm before W1 has no gain (one is redundant with
 W1); its eps is `model.norm_eps`. The hidden width of DA_l is C (l + 1), the multiway form of Eq. 6's l + 1 (W1:
-D x C(l+1), W2: C(l+1) x C(l+1)). Init (Sec. 3): W1 ~ N(0, 1/D), W2 = 0, a_l one-hot on the newest source
+D x C(l+1), W2: C(l+1) x C(l+1)); the last DA's is 4 (L + 1) too, with one way out (W2: 4(L+1) x (L+1)), as the
+paper and the authors' code have it. Init (Sec. 3): W1 ~ N(0, 1/D), W2 = 0, a_l one-hot on the newest source
 (a_l[c, l] = 1), so every stream is X_l and the model is Pre-Norm exactly at init (tested), which also lets
 `pre_norm -> mudd` upcycling keep the function.
 
@@ -21,21 +22,23 @@ weight-decayed, the static a_l (gates) are not; the authors' code decays everyth
 Eq. 9 and PrePostDANorm (Eq. 10) are not built.
 
 The params are stacked over layers, so each layer stores the largest shape (L sources, hidden 4L) and masks what
-it does not read (DenseFormer's layout); block 0's DA is stored and unused. The carry is [B, T, L+2, D]: slot 0
-the attention sublayer's X^A, slot 1 + j the output X_j; the scan's backward keeps it per block, L (L+2) D per
-token, quadratic in depth (docs/scaling.md).
+it does not read (DenseFormer's layout); block 0's DA is stored and unused. The state is a depth store
+(resnorm.model.depth_store): slot j holds X_j (j = 0..L), written once by block j - 1's MLP; the attention
+sublayer's X^A rides the carry as the store's `x`. Memory per token: the store, (L + 1) D, kept once by the
+backward, plus per block its own activations, its four streams (4 D) and its DA's hidden units and weights.
 """
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from resnorm.model.depth_store import Store
 from resnorm.model.residual.base import Variant, register
 
 WAYS = 4  # Q, K, V, R
 
 
 class DenseWeights(nn.Module):
-  """A [B, T, ways, J] = GELU(RMSNorm(x) W1) W2 + a over sources j <= i (zero beyond), hidden units < ways (i+1)."""
+  """A [B, T, ways, J] = GELU(RMSNorm(x) W1) W2 + a over sources j <= i (zero beyond), hidden units < 4 (i+1)."""
   cfg: object
   ways: int
   sources: int
@@ -44,12 +47,12 @@ class DenseWeights(nn.Module):
   def __call__(self, x_BTD, i):
     c, j_max, d = self.ways, self.sources, x_BTD.shape[-1]
     w1 = self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
-                    (d, c * j_max))
-    w2 = self.param("w2", nn.initializers.zeros, (c * j_max, c * j_max))
+                    (d, WAYS * j_max))
+    w2 = self.param("w2", nn.initializers.zeros, (WAYS * j_max, c * j_max))
     a = self.param("bias", lambda _rng, shape: jnp.broadcast_to(jax.nn.one_hot(i, j_max), shape), (c, j_max))
     x = x_BTD.astype(jnp.float32)
     x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps)
-    h = jax.nn.gelu(x @ w1, approximate=True) * (jnp.arange(c * j_max) < c * (i + 1))[None, None]
+    h = jax.nn.gelu(x @ w1, approximate=True) * (jnp.arange(WAYS * j_max) < WAYS * (i + 1))[None, None]
     dyn = (h @ w2).reshape(x_BTD.shape[:2] + (c, j_max))
     return jnp.where((jnp.arange(j_max) <= i)[None, None, None], dyn + a[None, None], 0.0)  # [B, T, ways, J] f32
 
@@ -59,46 +62,48 @@ class MuddAttn(nn.Module):
   cfg: object
 
   @nn.compact
-  def __call__(self, s_BTSD, branch, norm, layer, sub):
-    num = self.cfg.num_layers
-    x_l = jax.lax.dynamic_index_in_dim(s_BTSD, layer + 1, axis=2, keepdims=False)
-    a_BTCJ = DenseWeights(self.cfg, WAYS, num, name="dense")(x_l, layer)
-    streams = jnp.einsum("btcj,btjd->btcd", a_BTCJ.astype(s_BTSD.dtype), s_BTSD[:, :, 1:num + 1])
+  def __call__(self, store: Store, branch, norm, layer, sub):
+    num, dt = self.cfg.num_layers, store.buf.dtype
+    a_BTCJ = DenseWeights(self.cfg, WAYS, num, name="dense")(store.slot(layer), layer)
+    w_BTCS = jnp.pad(a_BTCJ, ((0, 0), (0, 0), (0, 0), (0, store.num_slots - num)))
+    streams = store.weighted(w_BTCS).astype(dt)
     first = layer == 0
-    streams = jnp.where(first, jnp.broadcast_to(s_BTSD[:, :, 1:2], streams.shape), streams)  # block 0: X_0 x 4
+    x0 = store.slot(0)[:, :, None]
+    streams = jnp.where(first, jnp.broadcast_to(x0, streams.shape), streams)        # block 0: X_0 x 4
     q, k, v, r = (streams[:, :, c] for c in range(WAYS))
     f_BTD = branch(norm(q), kv_BTD=(norm(k), norm(v)))
     taps = {"u": r, "f": f_BTD, "dense": jnp.where(first, jnp.nan, a_BTCJ)}
-    return s_BTSD.at[:, :, 0].set(r + f_BTD), taps
+    return store.with_x(r + f_BTD), taps
 
 
 class MuddMLP(nn.Module):
-  """X_{l+1} = X^A + FFN(N(X^A)), written to slot l + 2."""
+  """X_{l+1} = X^A + FFN(N(X^A)), written to slot l + 1."""
   cfg: object
 
   @nn.compact
-  def __call__(self, s_BTSD, branch, norm, layer, sub):
-    xa = s_BTSD[:, :, 0]
+  def __call__(self, store: Store, branch, norm, layer, sub):
+    xa = store.x
     f_BTD = branch(norm(xa))
-    s_BTSD = jax.lax.dynamic_update_index_in_dim(s_BTSD, xa + f_BTD, layer + 2, axis=2)
     b, t = xa.shape[:2]
-    return s_BTSD, {"u": xa, "f": f_BTD, "dense": jnp.full((b, t, WAYS, self.cfg.num_layers), jnp.nan)}
+    taps = {"u": xa, "f": f_BTD, "dense": jnp.full((b, t, WAYS, self.cfg.num_layers), jnp.nan)}
+    return store.write(layer + 1, xa + f_BTD), taps
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  return jnp.concatenate([x_BTD[:, :, None], x_BTD[:, :, None],
-                          jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)], axis=2)
+  buf = jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)], axis=2)
+  return Store(x=x_BTD, buf=buf)
 
 
-def _finish(cfg, s_BTSD):
+def _finish(cfg, store: Store):
   num = cfg.num_layers
-  a = DenseWeights(cfg, 1, num + 1, name="final_dense")(s_BTSD[:, :, num + 1], num)
-  return jnp.einsum("btj,btjd->btd", a[:, :, 0].astype(s_BTSD.dtype), s_BTSD[:, :, 1:])
+  a = DenseWeights(cfg, 1, num + 1, name="final_dense")(store.slot(num), num)
+  return store.weighted(a).astype(store.buf.dtype)[:, :, 0]
 
 
 def _da_params(d, ways, sources):
-  return d * ways * sources + (ways * sources) ** 2 + ways * sources
+  """W1 (D x 4 sources), W2 (4 sources x ways sources) and a (ways x sources): hidden width 4 per source."""
+  return d * WAYS * sources + WAYS * sources * ways * sources + ways * sources
 
 
 def mudd_params_used(cfg) -> int:
@@ -118,8 +123,8 @@ def _flops(cfg) -> int:
   the four weighted sums over L sources; and the last DA."""
   d, num = cfg.d_model, cfg.num_layers
   def da(ways, sources):
-    k = ways * sources
-    return 2 * d * k + 2 * k * k + 3 * d + 8 * k + 2 * ways * sources * d
+    h, k = WAYS * sources, ways * sources
+    return 2 * d * h + 2 * h * k + 3 * d + 8 * h + 2 * k * d
   return num * da(WAYS, num) + da(1, num + 1)
 
 

@@ -1,0 +1,194 @@
+"""The depth store: every earlier output a placement reads (the embedding, sublayer or block outputs, block
+summaries), each kept once, and a layer scan whose backward keeps the store once rather than once per layer.
+
+Attention Residuals (Full and Block), DenseFormer, MUDDFormer and LAuReL's PA read earlier outputs. Held in the
+`nn.scan` carry, the store [B, T, S, D] is saved by the scan's backward at every layer: L S D values per token,
+quadratic in depth. Their papers keep each output once (O(L D); O(N D) summaries for Block AttnRes).
+
+`Store` is the state of such a placement: `x`, the small per-token state that rides the carry (the stream, a block's
+partial sum), and `buf`, the S slots. Within a block, writes are `fresh`: held beside the buffer until the block
+ends (`flush`), so every read inside a block sees the block-start buffer plus the fresh values, never a buffer
+version written inside the block. The invariant the placements keep: a slot is read only after its last write
+(a slot may be overwritten, as Block AttnRes's running summary, but no reader sees an intermediate value).
+
+`layer_scan` is the scan over blocks with a custom VJP. Its forward runs the blocks and keeps, per block, the
+block's own residuals (what `model.remat`'s policy saves), but not the block-start buffer: every reader reads a slot
+only after its last write, so the final buffer serves in its place (the slots a block has not reached yet are
+exactly the ones it reads with weight 0). Its backward walks the blocks in reverse with the buffer's cotangent in
+the carry. Memory: the final buffer once plus each block's own residuals, O(L D + S D) per token; compile time
+flat in depth (one scanned body).
+
+Reads over the whole buffer (`weighted`, `rms_logits`) are custom-VJP ops whose only residual is the buffer
+itself; a window of a few slots (`window`, `slot`) is a dynamic slice, whose residual is its index.
+"""
+from functools import partial
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+
+@partial(jax.custom_vjp, nondiff_argnums=())
+def _weighted(buf_BTSD, w_BTCS):
+  """out[b,t,c,:] = sum_s w[b,t,c,s] buf[b,t,s,:], float32."""
+  return jnp.einsum("btsd,btcs->btcd", buf_BTSD, w_BTCS, preferred_element_type=jnp.float32)
+
+
+def _weighted_fwd(buf_BTSD, w_BTCS):
+  return _weighted(buf_BTSD, w_BTCS), (buf_BTSD, w_BTCS)
+
+
+def _weighted_bwd(res, ct_BTCD):
+  buf_BTSD, w_BTCS = res
+  ct = ct_BTCD.astype(jnp.float32)
+  d_buf = jnp.einsum("btcd,btcs->btsd", ct, w_BTCS.astype(jnp.float32)).astype(buf_BTSD.dtype)
+  d_w = jnp.einsum("btsd,btcd->btcs", buf_BTSD, ct, preferred_element_type=jnp.float32).astype(w_BTCS.dtype)
+  return d_buf, d_w
+
+
+_weighted.defvjp(_weighted_fwd, _weighted_bwd)
+
+
+def rms_logit(v_BTSD, q_D, eps):
+  """z[b,t,s] = q . RMSNorm(v[b,t,s]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2)."""
+  v = v_BTSD.astype(jnp.float32)
+  k = v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + eps)
+  return jnp.einsum("btsd,d->bts", k, q_D.astype(jnp.float32))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _rms_logits(buf_BTSD, q_D, eps):
+  return rms_logit(buf_BTSD, q_D, eps)
+
+
+def _rms_logits_fwd(buf_BTSD, q_D, eps):
+  return _rms_logits(buf_BTSD, q_D, eps), (buf_BTSD, q_D)
+
+
+def _rms_logits_bwd(eps, res, ct_BTS):
+  # z = r (q.v), r = (mean v^2 + eps)^-1/2: dz/dv = r q - r^3 (q.v) v / D; dz/dq = r v
+  buf_BTSD, q_D = res
+  v, q = buf_BTSD.astype(jnp.float32), q_D.astype(jnp.float32)
+  r = jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1) + eps)
+  qv = jnp.einsum("btsd,d->bts", v, q)
+  g = ct_BTS.astype(jnp.float32) * r
+  d_v = g[..., None] * q[None, None, None] - (g * r * r * qv / v.shape[-1])[..., None] * v
+  d_q = jnp.einsum("bts,btsd->d", g, v)
+  return d_v.astype(buf_BTSD.dtype), d_q.astype(q_D.dtype)
+
+
+_rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
+
+
+@flax.struct.dataclass
+class Store:
+  """A placement's state: `x` (rides the carry), `buf` [B, T, S, D] (the slots), `fresh` ((slot, value), ...),
+  this block's writes, which `flush` puts into `buf` at the block's end (empty between blocks)."""
+  x: Any
+  buf: jax.Array
+  fresh: tuple = ()
+
+  @property
+  def num_slots(self) -> int:
+    return self.buf.shape[2]
+
+  def with_x(self, x) -> "Store":
+    return self.replace(x=x)
+
+  def write(self, slot, value_BTD) -> "Store":
+    return self.replace(fresh=self.fresh + ((jnp.asarray(slot, jnp.int32), value_BTD.astype(self.buf.dtype)),))
+
+  def flush(self) -> "Store":
+    buf = self.buf
+    for slot, value in self.fresh:
+      buf = jax.lax.dynamic_update_index_in_dim(buf, value, slot, axis=2)
+    return self.replace(buf=buf, fresh=())
+
+  def _stale_S(self):
+    """[S] float: 0 at the slots written in this block (their values are fresh), else 1."""
+    keep = jnp.ones((self.num_slots,), jnp.float32)
+    for slot, _ in self.fresh:
+      keep = keep * (jnp.arange(self.num_slots) != slot)
+    return keep
+
+  def weighted(self, w_BTCS) -> jax.Array:
+    """[B, T, C, D] float32: sum_s w[..., c, s] v_s over every slot (C weightings at once)."""
+    out = _weighted(self.buf, w_BTCS * self._stale_S()[None, None, None])
+    for slot, value in self.fresh:
+      w = jax.lax.dynamic_index_in_dim(w_BTCS, slot, axis=-1, keepdims=False)          # [B, T, C]
+      out = out + w[..., None] * value[:, :, None].astype(jnp.float32)
+    return out
+
+  def rms_logits(self, q_D, eps) -> jax.Array:
+    """[B, T, S] float32: q . RMSNorm(v_s) for every slot (fresh ones from their values)."""
+    z = _rms_logits(self.buf, q_D, eps)
+    for slot, value in self.fresh:
+      z_new = rms_logit(value[:, :, None], q_D, eps)                                   # [B, T, 1]
+      z = jnp.where((jnp.arange(self.num_slots) == slot)[None, None], z_new, z)
+    return z
+
+  def slot(self, i) -> jax.Array:
+    """[B, T, D]: slot i (traced)."""
+    v = jax.lax.dynamic_index_in_dim(self.buf, i, axis=2, keepdims=False)
+    for slot, value in self.fresh:
+      v = jnp.where(slot == i, value, v)
+    return v
+
+  def window(self, start, size) -> jax.Array:
+    """[B, T, size, D]: slots start .. start + size - 1 (traced start)."""
+    win = jax.lax.dynamic_slice_in_dim(self.buf, start, size, axis=2)
+    idx = start + jnp.arange(size)
+    for slot, value in self.fresh:
+      win = jnp.where((idx == slot)[None, None, :, None], value[:, :, None], win)
+    return win
+
+
+def layer_scan(body, params, store: Store, xs, consts):
+  """(store, ys) of `for l: store, y_l = body(params[l], store, xs[l], consts)` over the leading axis of params
+  and xs, with the backward described in the module docstring. `body` must flush its writes (fresh is empty on
+  entry and exit). `consts` are broadcast to every block and get no gradient (keys, positions)."""
+  meta = {}
+
+  def run(params, store, xs, consts):
+    def step(s, inp):
+      p, x = inp
+      return body(p, s, x, consts)
+    return jax.lax.scan(step, store, (params, xs))
+
+  @jax.custom_vjp
+  def scan(params, store, xs, consts):
+    return run(params, store, xs, consts)
+
+  def fwd(params, store, xs, consts):
+    def step(s, inp):
+      p, x = inp
+      out, vjp = jax.vjp(lambda p, s: body(p, s, x, consts), p, s)
+      leaves, treedef = jax.tree_util.tree_flatten(vjp)
+      is_buf = tuple(leaf is s.buf for leaf in leaves)
+      shape = (s.buf.shape, s.buf.dtype)
+      copies = [i for i, leaf in enumerate(leaves) if not is_buf[i] and (leaf.shape, leaf.dtype) == shape]
+      if copies:
+        raise AssertionError(f"layer_scan: a block saves {len(copies)} store-sized residual(s) besides the store "
+                             "itself; read the store through Store's methods")
+      meta["treedef"], meta["is_buf"] = treedef, is_buf
+      return out[0], (out[1], [leaf for leaf, b in zip(leaves, is_buf) if not b])
+    final, (ys, kept) = jax.lax.scan(step, store, (params, xs))
+    return (final, ys), (kept, final.buf)
+
+  def bwd(res, cts):
+    kept, buf = res
+    ct_store, ct_ys = cts
+
+    def step(ct_s, inp):
+      kept_l, ct_y = inp
+      it = iter(kept_l)
+      leaves = [buf if b else next(it) for b in meta["is_buf"]]
+      vjp = jax.tree_util.tree_unflatten(meta["treedef"], leaves)
+      d_p, d_s = vjp((ct_s, ct_y))
+      return d_s, d_p
+    ct_store0, d_params = jax.lax.scan(step, ct_store, (kept, ct_ys), reverse=True)
+    return d_params, ct_store0, None, None
+
+  scan.defvjp(fwd, bwd)
+  return scan(params, store, xs, consts)

@@ -1,0 +1,141 @@
+"""The depth store (resnorm.model.depth_store): the placements that read earlier outputs equal their carry form
+(tests/carry_placements.py) in logits and gradients, the store's reads equal autodiff, and the backward keeps the
+store once (the compiled train step's temporaries grow linearly in depth, where the carry's grow quadratically)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from carry_placements import carry_variants
+from conftest import init_and_apply, tiny_config
+from resnorm.config import configlib
+from resnorm.model import depth_store
+from resnorm.model.model import LM
+
+STORE = ["attn_res", "attn_res_block", "denseformer", "mudd", "laurel"]
+
+
+def _loss_and_grads(mcfg, params, tokens):
+  def loss(p):
+    logits = LM(mcfg).apply({"params": p}, tokens)[0]
+    return jnp.mean(jax.nn.log_softmax(logits)[..., 7] * jnp.arange(tokens.shape[1])[None])
+  return jax.jit(jax.value_and_grad(loss))(params)
+
+
+def _perturbed(params, seed=3):
+  """Every param moved off its init (zero pseudo-queries, one-hot DWA, zero gains make symmetric starts)."""
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return jax.tree.unflatten(tree, [a + 0.3 * jax.random.normal(k, a.shape) * (jnp.std(a) + 0.1)
+                                   for a, k in zip(leaves, keys)])
+
+
+@pytest.mark.parametrize("name,over", [
+    ("attn_res", {}), ("attn_res_block", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3}),
+    ("denseformer", {}), ("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}),
+    ("mudd", {}), ("laurel", {}), ("laurel", {"model.laurel.pa_k": 6}), ("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}), ("laurel", {"model.laurel.rw": False})])
+def test_store_equals_carry(name, over):
+  cfg = tiny_config(name, 3, **over)
+  mcfg, params, tokens, _ = init_and_apply(cfg)
+  params = _perturbed(params)
+  with carry_variants():
+    old_cfg = tiny_config(name, 3, **over)
+    old_cfg.model.residual = name + "_carry"
+    old = configlib.model_config(old_cfg)
+    l_old, g_old = _loss_and_grads(old, params, tokens)
+  l_new, g_new = _loss_and_grads(mcfg, params, tokens)
+  np.testing.assert_allclose(l_new, l_old, rtol=1e-5)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_new), jax.tree.leaves(g_old)):
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def _temp_bytes(name, num_layers, carry=False):
+  """Temporary bytes of the compiled gradient (XLA's own memory analysis) at d 32, 16 x 32 tokens: activations
+  dominate the params, so a store kept once per block shows as growth in depth."""
+  import flax
+  over = {"model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2, "model.attn_res.num_blocks": num_layers,
+          "model.laurel.pa_k": 2 * num_layers}
+  cfg = tiny_config(name, num_layers, **over)
+  if carry:
+    cfg.model.residual = name + "_carry"
+  mcfg = configlib.model_config(cfg)
+  tokens = jnp.zeros((16, 32), jnp.int32)
+  params = jax.eval_shape(lambda: flax.linen.unbox(LM(mcfg).init(jax.random.key(0), tokens)["params"]))
+  grad = jax.jit(jax.grad(lambda p: jnp.mean(LM(mcfg).apply({"params": p}, tokens)[0])))
+  return grad.lower(params).compile().memory_analysis().temp_size_in_bytes
+
+
+@pytest.fixture(scope="module")
+def pre_norm_bytes():
+  return {n: _temp_bytes("pre_norm", n) for n in (4, 8)}
+
+
+@pytest.mark.parametrize("name", STORE)
+def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
+  """A placement's memory beyond Pre-Norm's at 8 layers is at most 2.3x its memory at 4 (linear: 2x; Block AttnRes
+  at N = L blocks). The carry form, which the scan's backward saves at every block, grows quadratically: the same
+  measure is above 2.5x for it, so the test fails when the store is swapped back for the carry."""
+  def growth(carry):
+    extra = [_temp_bytes(name, n, carry) - pre_norm_bytes[n] for n in (4, 8)]
+    return extra[1] / extra[0]
+  assert growth(False) <= 2.3
+  with carry_variants():
+    assert growth(True) > 2.5
+
+
+def _store(seed=0, s=5, fresh=((3, 1.5),)):
+  k = jax.random.split(jax.random.key(seed), 4)
+  buf = jax.random.normal(k[0], (2, 3, s, 4))
+  store = depth_store.Store(x=jnp.zeros((2, 3, 4)), buf=buf)
+  for slot, scale in fresh:
+    store = store.write(slot, scale * jax.random.normal(k[1], (2, 3, 4)))
+  return store
+
+
+def _dense(store):
+  """The store as a plain [B, T, S, D] array: the buffer with the fresh writes applied."""
+  return store.flush().buf
+
+
+def test_store_reads_equal_plain_reads_in_value_and_gradient():
+  store = _store()
+  w = jax.random.normal(jax.random.key(7), (2, 3, 2, 5))
+  q = jax.random.normal(jax.random.key(8), (4,))
+  def reads(st, w, q):
+    return (st.weighted(w), st.rms_logits(q, 1e-5), st.slot(3), st.window(2, 2))
+  def plain(st, w, q):
+    v = _dense(st)
+    k = v * jax.lax.rsqrt(jnp.mean(v * v, axis=-1, keepdims=True) + 1e-5)
+    return (jnp.einsum("btcs,btsd->btcd", w, v), jnp.einsum("btsd,d->bts", k, q), v[:, :, 3], v[:, :, 2:4])
+  for a, b in zip(reads(store, w, q), plain(store, w, q)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  def scalar(f):
+    return lambda st, w, q: sum(jnp.sum(jnp.sin(o) * (i + 1)) for i, o in enumerate(f(st, w, q)))
+  g_store = jax.grad(scalar(reads), argnums=(0, 1, 2), allow_int=True)(store, w, q)
+  g_plain = jax.grad(scalar(plain), argnums=(0, 1, 2), allow_int=True)(store, w, q)
+  for a, b in zip(jax.tree.leaves(g_store), jax.tree.leaves(g_plain)):
+    if a.dtype != jax.dtypes.float0:
+      np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_a_fresh_slot_is_read_from_its_value_not_the_buffer():
+  """Within a block a written slot is read from the write, whatever the buffer holds there (in the backward the
+  buffer is the final one, where that slot already has its value), and its gradient goes to the write."""
+  store = _store()
+  stale = store.replace(buf=store.buf.at[:, :, 3].set(100.0))
+  w = jnp.ones((2, 3, 1, 5))
+  np.testing.assert_allclose(stale.weighted(w), store.weighted(w), rtol=1e-6)
+  g = jax.grad(lambda st: jnp.sum(st.weighted(w)), allow_int=True)(stale)
+  assert float(jnp.abs(g.buf[:, :, 3]).max()) == 0.0
+  np.testing.assert_allclose(g.fresh[0][1], jnp.ones((2, 3, 4)))
+
+
+def test_layer_scan_refuses_a_block_that_keeps_a_copy_of_the_store():
+  store = depth_store.Store(x=jnp.zeros((1, 2, 3)), buf=jnp.ones((1, 2, 4, 3)))
+  def body(p, st, x, consts):
+    copy = st.buf * p                                   # a store-sized value the backward would keep per block
+    return st.replace(x=st.x + jnp.sum(copy * copy, axis=2)), None
+  def loss(p):
+    return jnp.sum(depth_store.layer_scan(body, p, store, jnp.arange(3), ())[0].x)
+  with pytest.raises(AssertionError, match="store-sized residual"):
+    jax.grad(loss)(jnp.ones((3,)))
