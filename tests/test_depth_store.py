@@ -85,7 +85,7 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
 
 def _store(seed=0, s=5, fresh=((3, 1.5),)):
   k = jax.random.split(jax.random.key(seed), 4)
-  buf = jax.random.normal(k[0], (2, 3, s, 4))
+  buf = jax.random.normal(k[0], (s, 2, 3, 4))
   store = depth_store.Store(x=jnp.zeros((2, 3, 4)), buf=buf)
   for slot, scale in fresh:
     store = store.write(slot, scale * jax.random.normal(k[1], (2, 3, 4)))
@@ -94,7 +94,7 @@ def _store(seed=0, s=5, fresh=((3, 1.5),)):
 
 def _dense(store):
   """The store as a plain [B, T, S, D] array: the buffer with the fresh writes applied."""
-  return store.flush().buf
+  return jnp.moveaxis(store.flush().buf, 0, 2)
 
 
 def test_store_reads_equal_plain_reads_in_value_and_gradient():
@@ -102,11 +102,12 @@ def test_store_reads_equal_plain_reads_in_value_and_gradient():
   w = jax.random.normal(jax.random.key(7), (2, 3, 2, 5))
   q = jax.random.normal(jax.random.key(8), (4,))
   def reads(st, w, q):
-    return (st.weighted(w), st.rms_logits(q, 1e-5), st.slot(3), st.window(2, 2))
+    return (st.weighted(w), st.weighted_shared(w[0, 0, 0]), st.rms_logits(q, 1e-5), st.slot(3), st.window(2, 2))
   def plain(st, w, q):
     v = _dense(st)
     k = v * jax.lax.rsqrt(jnp.mean(v * v, axis=-1, keepdims=True) + 1e-5)
-    return (jnp.einsum("btcs,btsd->btcd", w, v), jnp.einsum("btsd,d->bts", k, q), v[:, :, 3], v[:, :, 2:4])
+    return (jnp.einsum("btcs,btsd->btcd", w, v), jnp.einsum("s,btsd->btd", w[0, 0, 0], v),
+            jnp.einsum("btsd,d->bts", k, q), v[:, :, 3], jnp.moveaxis(v[:, :, 2:4], 2, 0))
   for a, b in zip(reads(store, w, q), plain(store, w, q)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   def scalar(f):
@@ -122,19 +123,19 @@ def test_a_fresh_slot_is_read_from_its_value_not_the_buffer():
   """Within a block a written slot is read from the write, whatever the buffer holds there (in the backward the
   buffer is the final one, where that slot already has its value), and its gradient goes to the write."""
   store = _store()
-  stale = store.replace(buf=store.buf.at[:, :, 3].set(100.0))
+  stale = store.replace(buf=store.buf.at[3].set(100.0))
   w = jnp.ones((2, 3, 1, 5))
   np.testing.assert_allclose(stale.weighted(w), store.weighted(w), rtol=1e-6)
   g = jax.grad(lambda st: jnp.sum(st.weighted(w)), allow_int=True)(stale)
-  assert float(jnp.abs(g.buf[:, :, 3]).max()) == 0.0
+  assert float(jnp.abs(g.buf[3]).max()) == 0.0
   np.testing.assert_allclose(g.fresh[0][1], jnp.ones((2, 3, 4)))
 
 
 def test_layer_scan_refuses_a_block_that_keeps_a_copy_of_the_store():
-  store = depth_store.Store(x=jnp.zeros((1, 2, 3)), buf=jnp.ones((1, 2, 4, 3)))
+  store = depth_store.Store(x=jnp.zeros((1, 2, 3)), buf=jnp.ones((4, 1, 2, 3)))
   def body(p, st, x, consts):
     copy = st.buf * p                                   # a store-sized value the backward would keep per block
-    return st.replace(x=st.x + jnp.sum(copy * copy, axis=2)), None
+    return st.replace(x=st.x + jnp.sum(copy * copy, axis=0)), None
   def loss(p):
     return jnp.sum(depth_store.layer_scan(body, p, store, jnp.arange(3), ())[0].x)
   with pytest.raises(AssertionError, match="store-sized residual"):

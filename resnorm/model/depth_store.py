@@ -2,11 +2,12 @@
 summaries), each kept once, and a layer scan whose backward keeps the store once rather than once per layer.
 
 Attention Residuals (Full and Block), DenseFormer, MUDDFormer and LAuReL's PA read earlier outputs. Held in the
-`nn.scan` carry, the store [B, T, S, D] is saved by the scan's backward at every layer: L S D values per token,
+`nn.scan` carry, the store of S slots is saved by the scan's backward at every layer: L S D values per token,
 quadratic in depth. Their papers keep each output once (O(L D); O(N D) summaries for Block AttnRes).
 
 `Store` is the state of such a placement: `x`, the small per-token state that rides the carry (the stream, a block's
-partial sum), and `buf`, the S slots. Within a block, writes are `fresh`: held beside the buffer until the block
+partial sum), and `buf`, the S slots, slot-major [S, B, T, D] (a slot is one contiguous [B, T, D] array: its write
+and its read are whole-array copies, and the weighted reads contract the major axis, with no relayout). Within a block, writes are `fresh`: held beside the buffer until the block
 ends (`flush`), so every read inside a block sees the block-start buffer plus the fresh values, never a buffer
 version written inside the block. The invariant the placements keep: a slot is read only after its last write
 (a slot may be overwritten, as Block AttnRes's running summary, but no reader sees an intermediate value).
@@ -29,53 +30,57 @@ import jax
 import jax.numpy as jnp
 
 
-@partial(jax.custom_vjp, nondiff_argnums=())
-def _weighted(buf_BTSD, w_BTCS):
-  """out[b,t,c,:] = sum_s w[b,t,c,s] buf[b,t,s,:], float32."""
-  return jnp.einsum("btsd,btcs->btcd", buf_BTSD, w_BTCS, preferred_element_type=jnp.float32)
+# The weights' subscripts: per token and way ("btcs", C weightings at once) or one per slot for every token ("s").
+_OUT = {"btcs": "btcd", "s": "btd"}
 
 
-def _weighted_fwd(buf_BTSD, w_BTCS):
-  return _weighted(buf_BTSD, w_BTCS), (buf_BTSD, w_BTCS)
+@partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _weighted(buf_SBTD, w, spec):
+  """sum_s w[..., s] buf[s], float32: out[b,t,c,:] for w [B,T,C,S], out[b,t,:] for w [S]."""
+  return jnp.einsum(f"sbtd,{spec}->{_OUT[spec]}", buf_SBTD, w, preferred_element_type=jnp.float32)
 
 
-def _weighted_bwd(res, ct_BTCD):
-  buf_BTSD, w_BTCS = res
-  ct = ct_BTCD.astype(jnp.float32)
-  d_buf = jnp.einsum("btcd,btcs->btsd", ct, w_BTCS.astype(jnp.float32)).astype(buf_BTSD.dtype)
-  d_w = jnp.einsum("btsd,btcd->btcs", buf_BTSD, ct, preferred_element_type=jnp.float32).astype(w_BTCS.dtype)
-  return d_buf, d_w
+def _weighted_fwd(buf_SBTD, w, spec):
+  return _weighted(buf_SBTD, w, spec), (buf_SBTD, w)
+
+
+def _weighted_bwd(spec, res, ct):
+  buf_SBTD, w = res
+  ct = ct.astype(jnp.float32)
+  d_buf = jnp.einsum(f"{_OUT[spec]},{spec}->sbtd", ct, w.astype(jnp.float32)).astype(buf_SBTD.dtype)
+  d_w = jnp.einsum(f"sbtd,{_OUT[spec]}->{spec}", buf_SBTD, ct, preferred_element_type=jnp.float32)
+  return d_buf, d_w.astype(w.dtype)
 
 
 _weighted.defvjp(_weighted_fwd, _weighted_bwd)
 
 
-def rms_logit(v_BTSD, q_D, eps):
-  """z[b,t,s] = q . RMSNorm(v[b,t,s]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2)."""
-  v = v_BTSD.astype(jnp.float32)
+def rms_logit(v_SBTD, q_D, eps):
+  """z[s,b,t] = q . RMSNorm(v[s,b,t]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2)."""
+  v = v_SBTD.astype(jnp.float32)
   k = v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + eps)
-  return jnp.einsum("btsd,d->bts", k, q_D.astype(jnp.float32))
+  return jnp.einsum("sbtd,d->sbt", k, q_D.astype(jnp.float32))
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _rms_logits(buf_BTSD, q_D, eps):
-  return rms_logit(buf_BTSD, q_D, eps)
+def _rms_logits(buf_SBTD, q_D, eps):
+  return rms_logit(buf_SBTD, q_D, eps)
 
 
-def _rms_logits_fwd(buf_BTSD, q_D, eps):
-  return _rms_logits(buf_BTSD, q_D, eps), (buf_BTSD, q_D)
+def _rms_logits_fwd(buf_SBTD, q_D, eps):
+  return _rms_logits(buf_SBTD, q_D, eps), (buf_SBTD, q_D)
 
 
-def _rms_logits_bwd(eps, res, ct_BTS):
+def _rms_logits_bwd(eps, res, ct_SBT):
   # z = r (q.v), r = (mean v^2 + eps)^-1/2: dz/dv = r q - r^3 (q.v) v / D; dz/dq = r v
-  buf_BTSD, q_D = res
-  v, q = buf_BTSD.astype(jnp.float32), q_D.astype(jnp.float32)
+  buf_SBTD, q_D = res
+  v, q = buf_SBTD.astype(jnp.float32), q_D.astype(jnp.float32)
   r = jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1) + eps)
-  qv = jnp.einsum("btsd,d->bts", v, q)
-  g = ct_BTS.astype(jnp.float32) * r
+  qv = jnp.einsum("sbtd,d->sbt", v, q)
+  g = ct_SBT.astype(jnp.float32) * r
   d_v = g[..., None] * q[None, None, None] - (g * r * r * qv / v.shape[-1])[..., None] * v
-  d_q = jnp.einsum("bts,btsd->d", g, v)
-  return d_v.astype(buf_BTSD.dtype), d_q.astype(q_D.dtype)
+  d_q = jnp.einsum("sbt,sbtd->d", g, v)
+  return d_v.astype(buf_SBTD.dtype), d_q.astype(q_D.dtype)
 
 
 _rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
@@ -83,7 +88,7 @@ _rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
 
 @flax.struct.dataclass
 class Store:
-  """A placement's state: `x` (rides the carry), `buf` [B, T, S, D] (the slots), `fresh` ((slot, value), ...),
+  """A placement's state: `x` (rides the carry), `buf` [S, B, T, D] (the slots), `fresh` ((slot, value), ...),
   this block's writes, which `flush` puts into `buf` at the block's end (empty between blocks)."""
   x: Any
   buf: jax.Array
@@ -91,7 +96,7 @@ class Store:
 
   @property
   def num_slots(self) -> int:
-    return self.buf.shape[2]
+    return self.buf.shape[0]
 
   def with_x(self, x) -> "Store":
     return self.replace(x=x)
@@ -102,7 +107,7 @@ class Store:
   def flush(self) -> "Store":
     buf = self.buf
     for slot, value in self.fresh:
-      buf = jax.lax.dynamic_update_index_in_dim(buf, value, slot, axis=2)
+      buf = jax.lax.dynamic_update_index_in_dim(buf, value, slot, axis=0)
     return self.replace(buf=buf, fresh=())
 
   def _stale_S(self):
@@ -114,33 +119,40 @@ class Store:
 
   def weighted(self, w_BTCS) -> jax.Array:
     """[B, T, C, D] float32: sum_s w[..., c, s] v_s over every slot (C weightings at once)."""
-    out = _weighted(self.buf, w_BTCS * self._stale_S()[None, None, None])
+    out = _weighted(self.buf, w_BTCS * self._stale_S()[None, None, None], "btcs")
     for slot, value in self.fresh:
       w = jax.lax.dynamic_index_in_dim(w_BTCS, slot, axis=-1, keepdims=False)          # [B, T, C]
       out = out + w[..., None] * value[:, :, None].astype(jnp.float32)
+    return out
+
+  def weighted_shared(self, w_S) -> jax.Array:
+    """[B, T, D] float32: sum_s w[s] v_s, one weight per slot for every token."""
+    out = _weighted(self.buf, w_S * self._stale_S(), "s")
+    for slot, value in self.fresh:
+      out = out + jax.lax.dynamic_index_in_dim(w_S, slot, keepdims=False) * value.astype(jnp.float32)
     return out
 
   def rms_logits(self, q_D, eps) -> jax.Array:
     """[B, T, S] float32: q . RMSNorm(v_s) for every slot (fresh ones from their values)."""
     z = _rms_logits(self.buf, q_D, eps)
     for slot, value in self.fresh:
-      z_new = rms_logit(value[:, :, None], q_D, eps)                                   # [B, T, 1]
-      z = jnp.where((jnp.arange(self.num_slots) == slot)[None, None], z_new, z)
-    return z
+      z_new = rms_logit(value[None], q_D, eps)                                         # [1, B, T]
+      z = jnp.where((jnp.arange(self.num_slots) == slot)[:, None, None], z_new, z)
+    return jnp.moveaxis(z, 0, -1)
 
   def slot(self, i) -> jax.Array:
     """[B, T, D]: slot i (traced)."""
-    v = jax.lax.dynamic_index_in_dim(self.buf, i, axis=2, keepdims=False)
+    v = jax.lax.dynamic_index_in_dim(self.buf, i, axis=0, keepdims=False)
     for slot, value in self.fresh:
       v = jnp.where(slot == i, value, v)
     return v
 
   def window(self, start, size) -> jax.Array:
-    """[B, T, size, D]: slots start .. start + size - 1 (traced start)."""
-    win = jax.lax.dynamic_slice_in_dim(self.buf, start, size, axis=2)
+    """[size, B, T, D]: slots start .. start + size - 1 (traced start)."""
+    win = jax.lax.dynamic_slice_in_dim(self.buf, start, size, axis=0)
     idx = start + jnp.arange(size)
     for slot, value in self.fresh:
-      win = jnp.where((idx == slot)[None, None, :, None], value[:, :, None], win)
+      win = jnp.where((idx == slot)[:, None, None, None], value[None], win)
     return win
 
 

@@ -54,7 +54,10 @@ class Block(nn.Module):
       state = variant.after_block(cfg, name="after_block")(state, layer)
     if isinstance(state, Store):
       state = state.flush()
-    state = jax.tree.map(lambda a: nn.with_logical_constraint(a, _state_axes(a)), state)
+      state = state.replace(x=jax.tree.map(lambda a: nn.with_logical_constraint(a, _state_axes(a)), state.x),
+                            buf=nn.with_logical_constraint(state.buf, (None, "batch", "seq", "act_embed")))
+    else:
+      state = nn.with_logical_constraint(state, _state_axes(state))
     if not self.collect:
       return state, None
     return state, jax.tree.map(lambda a, b: jnp.stack([a, b]), *taps)  # [2, ...] (attn, mlp)

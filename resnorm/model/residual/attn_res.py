@@ -60,7 +60,7 @@ class DepthAttention(nn.Module):
       a_BTS = jax.nn.softmax(z_BTS, axis=-1)
       return store.weighted(a_BTS[:, :, None])[:, :, 0].astype(dt), a_BTS
     p_BTD = store.x
-    z_p = jnp.where(use_partial, rms_logit(p_BTD[:, :, None], w_D, eps), -jnp.inf)      # [B, T, 1]
+    z_p = jnp.where(use_partial, jnp.moveaxis(rms_logit(p_BTD[None], w_D, eps), 0, -1), -jnp.inf)  # [B, T, 1]
     a = jax.nn.softmax(jnp.concatenate([z_BTS, z_p], axis=-1), axis=-1)
     a_BTS, a_p = a[:, :, :-1], a[:, :, -1:]
     h_BTD = store.weighted(a_BTS[:, :, None])[:, :, 0] + a_p * p_BTD.astype(jnp.float32)
@@ -85,7 +85,7 @@ class AttnResSublayer(nn.Module):
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  buf = jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, num_blocks(cfg), d), x_BTD.dtype)], axis=2)
+  buf = jnp.concatenate([x_BTD[None], jnp.zeros((num_blocks(cfg), b, t, d), x_BTD.dtype)], axis=0)
   return Store(x=jnp.zeros_like(x_BTD), buf=buf)
 
 

@@ -54,15 +54,15 @@ class DWA(nn.Module):
     alpha = self.param("alpha", lambda _rng, shape: jax.nn.one_hot(i, n, dtype=jnp.float32), (n,))
     x_i = store.x
     store = store.write(i, x_i)
-    w_BT1S = jnp.broadcast_to(jnp.where(dwa_mask(self.cfg, i), alpha, 0.0), x_i.shape[:2] + (1, n))
-    y = jnp.where(i % self.cfg.denseformer.period == 0, store.weighted(w_BT1S)[:, :, 0].astype(x_i.dtype), x_i)
+    dwa = store.weighted_shared(jnp.where(dwa_mask(self.cfg, i), alpha, 0.0)).astype(x_i.dtype)
+    y = jnp.where(i % self.cfg.denseformer.period == 0, dwa, x_i)
     return store.with_x(y)
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  empty = jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)
-  return Store(x=x_BTD, buf=jnp.concatenate([x_BTD[:, :, None], empty], axis=2))
+  empty = jnp.zeros((cfg.num_layers, b, t, d), x_BTD.dtype)
+  return Store(x=x_BTD, buf=jnp.concatenate([x_BTD[None], empty], axis=0))
 
 
 def _finish(cfg, store: Store):

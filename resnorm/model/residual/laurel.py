@@ -70,11 +70,10 @@ class Laurel(nn.Module):
       # row m of the window is the input of sublayer sub - (k - 1) + m, j = k - 1 - m back: gain g_{j-1}
       if lc.pa_k - 1 <= WINDOW_MAX:
         win = store.window(sub, lc.pa_k - 1)
-        r_BTD = r_BTD + jnp.einsum("btjd,j->btd", win, g_j[::-1].astype(dt))
+        r_BTD = r_BTD + jnp.einsum("jbtd,j->btd", win, g_j[::-1].astype(dt))
       else:
         w_S = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((store.num_slots,)), g_j[::-1], sub, axis=0)
-        w_BT1S = jnp.broadcast_to(w_S, x_BTD.shape[:2] + (1, store.num_slots))
-        r_BTD = r_BTD + store.weighted(w_BT1S)[:, :, 0].astype(dt)
+        r_BTD = r_BTD + store.weighted_shared(w_S).astype(dt)
       taps["pa_gain"] = g_j
       store = store.write(sub + lc.pa_k - 1, x_BTD)
     if lc.rw:
@@ -89,7 +88,7 @@ class Laurel(nn.Module):
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   slots = 2 * cfg.num_layers + cfg.laurel.pa_k - 1 if cfg.laurel.pa_k > 1 else 0
-  return Store(x=x_BTD, buf=jnp.zeros((b, t, slots, d), x_BTD.dtype))
+  return Store(x=x_BTD, buf=jnp.zeros((slots, b, t, d), x_BTD.dtype))
 
 
 def _finish(cfg, store: Store):

@@ -91,7 +91,7 @@ class MuddMLP(nn.Module):
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  buf = jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, cfg.num_layers, d), x_BTD.dtype)], axis=2)
+  buf = jnp.concatenate([x_BTD[None], jnp.zeros((cfg.num_layers, b, t, d), x_BTD.dtype)], axis=0)
   return Store(x=x_BTD, buf=buf)
 
 
