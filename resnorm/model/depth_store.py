@@ -13,7 +13,8 @@ version written inside the block. The invariant the placements keep: a slot is r
 (a slot may be overwritten, as Block AttnRes's running summary, but no reader sees an intermediate value).
 
 `layer_scan` is the scan over blocks with a custom VJP. Its forward runs the blocks and keeps, per block, the
-block's own residuals (what `model.remat`'s policy saves), but not the block-start buffer: every reader reads a slot
+block's own residuals (what `model.remat`'s policy saves), but neither its params (already stacked) nor the
+block-start buffer: every reader reads a slot
 only after its last write, so the final buffer serves in its place (the slots a block has not reached yet are
 exactly the ones it reads with weight 0). Its backward walks the blocks in reverse with the buffer's cotangent in
 the carry. Memory: the final buffer once plus each block's own residuals, O(L D + S D) per token; compile time
@@ -30,14 +31,24 @@ import jax
 import jax.numpy as jnp
 
 
-# The weights' subscripts: per token and way ("btcs", C weightings at once) or one per slot for every token ("s").
-_OUT = {"btcs": "btcd", "s": "btd"}
+# Every product with the store is written as a broadcast multiply and a sum, never as a dot: a dot with (b, t) as
+# batch dimensions would have XLA transpose (copy) the whole store to put them first; a sum over the major slot axis,
+# or over the minor feature axis, fuses with the multiply and reads the store in place.
+
+
+def _w_SBTC(w, spec):
+  """The weights as [S, B, T, C] (C = 1 for one weight per slot), float32."""
+  w = w.astype(jnp.float32)
+  return jnp.moveaxis(w, -1, 0) if spec == "btcs" else w[:, None, None, None]
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _weighted(buf_SBTD, w, spec):
-  """sum_s w[..., s] buf[s], float32: out[b,t,c,:] for w [B,T,C,S], out[b,t,:] for w [S]."""
-  return jnp.einsum(f"sbtd,{spec}->{_OUT[spec]}", buf_SBTD, w, preferred_element_type=jnp.float32)
+  """sum_s w[..., s] buf[s], float32: out[b,t,c,:] for w [B,T,C,S] (spec "btcs"), out[b,t,:] for w [S] ("s")."""
+  v = buf_SBTD.astype(jnp.float32)
+  w_SBTC = _w_SBTC(w, spec)
+  out = jnp.stack([jnp.sum(w_SBTC[..., c, None] * v, axis=0) for c in range(w_SBTC.shape[-1])], axis=2)
+  return out if spec == "btcs" else out[:, :, 0]
 
 
 def _weighted_fwd(buf_SBTD, w, spec):
@@ -46,10 +57,12 @@ def _weighted_fwd(buf_SBTD, w, spec):
 
 def _weighted_bwd(spec, res, ct):
   buf_SBTD, w = res
-  ct = ct.astype(jnp.float32)
-  d_buf = jnp.einsum(f"{_OUT[spec]},{spec}->sbtd", ct, w.astype(jnp.float32)).astype(buf_SBTD.dtype)
-  d_w = jnp.einsum(f"sbtd,{_OUT[spec]}->{spec}", buf_SBTD, ct, preferred_element_type=jnp.float32)
-  return d_buf, d_w.astype(w.dtype)
+  ct_BTCD = ct.astype(jnp.float32) if spec == "btcs" else ct.astype(jnp.float32)[:, :, None]
+  w_SBTC, v = _w_SBTC(w, spec), buf_SBTD.astype(jnp.float32)
+  d_buf = sum(w_SBTC[..., c, None] * ct_BTCD[None, :, :, c] for c in range(ct_BTCD.shape[2]))
+  d_w = jnp.stack([jnp.sum(v * ct_BTCD[None, :, :, c], axis=-1) for c in range(ct_BTCD.shape[2])], axis=-1)
+  d_w = jnp.moveaxis(d_w, 0, -1) if spec == "btcs" else jnp.sum(d_w[..., 0], axis=(1, 2))
+  return d_buf.astype(buf_SBTD.dtype), d_w.astype(w.dtype)
 
 
 _weighted.defvjp(_weighted_fwd, _weighted_bwd)
@@ -177,29 +190,33 @@ def layer_scan(body, params, store: Store, xs, consts):
       p, x = inp
       out, vjp = jax.vjp(lambda p, s: body(p, s, x, consts), p, s)
       leaves, treedef = jax.tree_util.tree_flatten(vjp)
-      is_buf = tuple(leaf is s.buf for leaf in leaves)
+      p_leaves = jax.tree.leaves(p)
+      # where each residual comes from in the backward: the final store (-1), this block's params (their index),
+      # or the residuals kept per block (None). The params are already stacked: keeping them again would copy them.
+      source = tuple(-1 if leaf is s.buf else next((i for i, q in enumerate(p_leaves) if leaf is q), None)
+                     for leaf in leaves)
       shape = (s.buf.shape, s.buf.dtype)
-      copies = [i for i, leaf in enumerate(leaves) if not is_buf[i] and (leaf.shape, leaf.dtype) == shape]
+      copies = [i for i, leaf in enumerate(leaves) if source[i] is None and (leaf.shape, leaf.dtype) == shape]
       if copies:
         raise AssertionError(f"layer_scan: a block saves {len(copies)} store-sized residual(s) besides the store "
                              "itself; read the store through Store's methods")
-      meta["treedef"], meta["is_buf"] = treedef, is_buf
-      return out[0], (out[1], [leaf for leaf, b in zip(leaves, is_buf) if not b])
+      meta["treedef"], meta["source"] = treedef, source
+      return out[0], (out[1], [leaf for leaf, src in zip(leaves, source) if src is None])
     final, (ys, kept) = jax.lax.scan(step, store, (params, xs))
-    return (final, ys), (kept, final.buf)
+    return (final, ys), (params, kept, final.buf)
 
   def bwd(res, cts):
-    kept, buf = res
+    params, kept, buf = res
     ct_store, ct_ys = cts
 
     def step(ct_s, inp):
-      kept_l, ct_y = inp
-      it = iter(kept_l)
-      leaves = [buf if b else next(it) for b in meta["is_buf"]]
+      p, kept_l, ct_y = inp
+      it, p_leaves = iter(kept_l), jax.tree.leaves(p)
+      leaves = [next(it) if src is None else buf if src == -1 else p_leaves[src] for src in meta["source"]]
       vjp = jax.tree_util.tree_unflatten(meta["treedef"], leaves)
       d_p, d_s = vjp((ct_s, ct_y))
       return d_s, d_p
-    ct_store0, d_params = jax.lax.scan(step, ct_store, (kept, ct_ys), reverse=True)
+    ct_store0, d_params = jax.lax.scan(step, ct_store, (params, kept, ct_ys), reverse=True)
     return d_params, ct_store0, None, None
 
   scan.defvjp(fwd, bwd)
