@@ -22,7 +22,7 @@ from absl import flags
 from resnorm.io import storage, workdir as wd
 from resnorm.core.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.results import claims as cl
-from resnorm.results import grid, records
+from resnorm.results import grid, records, replication
 from resnorm.results import results_figs as figs
 from resnorm.results import results_md as md
 from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
@@ -239,9 +239,14 @@ def unfinished(Rs, d) -> list[str]:
 
 
 def evaluate_claims(Rs: dict, d) -> tuple[dict, dict]:
-  """corpus -> claims, judged together (one correction over every part of the report); and its summary."""
+  """corpus -> claims, judged together (one correction over every part of the report); and its summary, with the
+  design's m, the parts' a-priori MDEs and the replication family (summary["replication"])."""
   by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
-  return by_corpus, cl.judge(by_corpus)
+  summary = cl.judge(by_corpus)
+  summary["design_m"] = len(cl.DESIGN) * len(Rs)
+  md.design_mdes(by_corpus, d, summary["design_m"])
+  summary["replication"] = replication.judge(by_corpus)
+  return by_corpus, summary
 
 
 def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
@@ -249,7 +254,6 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   import datetime
   from resnorm.io import provenance
   by_corpus, summary = evaluate_claims(Rs, d)
-  summary["design_m"] = len(cl.DESIGN) * len(Rs)
   k = run_counts(Rs, d)
   todo = unfinished(Rs, d)
   flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
@@ -272,7 +276,7 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
            "Parts whose own statistic was not shown settled by the end of their runs: " +
            ("; ".join(md.unsettled(by_corpus)) or "none") + "." +
            (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
-            d["size"] == "full" else ""), "", *md.across_corpora(by_corpus, summary["level"]), ""]
+            d["size"] == "full" else ""), "", *replication.table(summary["replication"], md.values_cell), ""]
   if todo:
     lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
               "when they end): " + ", ".join(todo) + ".", ""]
