@@ -322,6 +322,7 @@ def main(argv):
   recs = storage.absolute(recs) if recs else None
   check(recs or not FLAGS.from_records, "--from_records needs --records (the design's default has none at this size)")
   if FLAGS.from_records:
+    records.check_present(recs)
     return report_from(d, {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}, t0)
   prepare_corpora(d)
   if recs:
@@ -349,18 +350,25 @@ def main(argv):
 
 
 def report_from(d, Rs: dict, t0: float, tail: str = "") -> int:
-  """Writes the report from Rs (workdirs or records): every record is read and checked first (one line naming a
-  damaged one; records of differing code fingerprints refused unless --accept_fingerprints)."""
+  """Writes the report from Rs (workdirs or records): every record is read and checked first, and nothing is written
+  unless all pass (one line naming a damaged record, one read under a name not its own, one read under two names;
+  records of differing code fingerprints refused unless --accept_fingerprints; no record of the design at all)."""
   for c, R in Rs.items():
     for _, r, s in (p for p in grid.points(d) if p[0] == c):
       R.run(r, s)
     for v, L, s in ((v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in grid.block_seeds(d, "init")):
       R.init(v, L, s)
-  fps: dict = {}
+  fps, digests = {}, {}
   for R in Rs.values():
     for fp, paths in R.fingerprints.items():
       fps.setdefault(fp, set()).update(paths)
+    for dg, paths in R.digests.items():
+      digests.setdefault(dg, set()).update(paths)
+  records.check_unique(digests)
   records.check_fingerprints(fps, FLAGS.accept_fingerprints)
+  R = next(iter(Rs.values()))
+  check(not R.records_dir or digests, f"--records={R.records_dir} holds no record of this design's runs: nothing to "
+        "report from")
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)
   k = run_counts(Rs, d)
   print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +
