@@ -6,8 +6,9 @@ python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K
 2. Computes the claims C1-C10 per corpus from the runs (resnorm/results/claims.py: quantities, predicted signs,
    regimes, verdict rule).
 3. Writes OUT/results.md: the generated claims table (a verdict column per corpus), a section per claim with each
-   corpus's per-seed numbers and figure, the stability maps; then OUT/results_notes.md (the discussion, written by
-   hand) is appended.
+   corpus's per-seed numbers and figure, the stability maps, the replication test across the corpora; then
+   OUT/results_notes.md (the discussion, written by hand, checked by tests/test_findings.py) is appended. Where OUT
+   is this checkout's docs/ (the full CPU design), the README's findings and hero caption are regenerated too.
 --quick runs the same pipeline on a tiny model (resnorm.results.grid.QUICK); $RESNORM_RESULTS_SIZE=test is the
 test's size. Nothing in the report is typed in: every number is read from the runs.
 """
@@ -22,7 +23,7 @@ from absl import flags
 from resnorm.io import storage, workdir as wd
 from resnorm.core.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.results import claims as cl
-from resnorm.results import grid, records, replication
+from resnorm.results import findings, grid, records, replication
 from resnorm.results import results_figs as figs
 from resnorm.results import results_md as md
 from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
@@ -250,10 +251,14 @@ def evaluate_claims(Rs: dict, d) -> tuple[dict, dict]:
 
 
 def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
-  """Rs: corpus -> claims.Runs."""
+  """Rs: corpus -> claims.Runs. Where out is this checkout's docs/ with the full CPU design, the README's findings
+  and caption are regenerated too."""
   import datetime
   from resnorm.io import provenance
   by_corpus, summary = evaluate_claims(Rs, d)
+  readme = os.path.join(ROOT, "README.md")
+  new_readme = findings.readme_text(Rs, d, by_corpus, summary, readme, run_counts(Rs, d)) if os.path.abspath(out) == os.path.join(ROOT, "docs") \
+      and d["size"] == "full" and d["scale"] == "cpu" else None
   k = run_counts(Rs, d)
   todo = unfinished(Rs, d)
   flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
@@ -296,6 +301,9 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   path = os.path.join(out, "results.md")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+  if new_readme is not None:
+    with open(readme, "w") as f:
+      f.write(new_readme)
   return path
 
 

@@ -176,12 +176,14 @@ def power_table(d, summary) -> list[str]:
   """The design's power table (verdicts.power_table), as declared before the grid."""
   rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)
   level = rows[0]["level"] if rows else 0.0
+  t_rows = [r for r in rows if r["decidable"] is not None]
   out = [f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
          f"seed (report v3's tables), its seeds, and the a-priori minimum detectable effect at 80% power of the two-sided "
          f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
          f"once the {cl.DESIGN_CALLS} parts whose pilot effect exceeded 8 standard deviations are called), beside "
-         "the effect of interest declared in the part's units: what each part could have detected. Discordant-pair parts "
-         "have no per-seed sd.", "",
+         "the effect of interest declared in the part's units: what each part could have detected. "
+         f"{sum(not r['decidable'] for r in t_rows)} of {len(t_rows)} t-test parts cannot detect their effect of "
+         "interest at these seeds. Discordant-pair parts have no per-seed sd.", "",
          "| part | block | pilot sd | seeds | a-priori MDE (80%) | effect of interest | power at it | decidable |",
          "|---|---|---|---|---|---|---|---|"]
   for r, (k, dz) in zip(rows, cl.DESIGN.items()):
