@@ -191,4 +191,6 @@ def test_no_records_is_refused_and_the_default_report_is_kept(tmp_path, where):
                      env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
   assert str(recs) in r.stderr and "Traceback" not in r.stderr
+  assert {"missing": "is not a directory", "empty": "holds no run record",
+          "not this design": "holds no record of this design"}[where] in r.stderr
   assert page.read_text() == "the report\n" and sorted(os.listdir(tmp_path / "docs")) == ["results.md"]

@@ -84,6 +84,7 @@ class _D:  # a part's design, as far as the rule reads it
 @pytest.mark.parametrize("ci, want, small", [
     ((0.10, 0.40), verdicts.REPRODUCED, False),      # above 0 and reaching delta
     ((0.001, 0.02), verdicts.REPRODUCED, True),      # above 0, below delta: smaller than claimed
+    ((0.01, 0.30), verdicts.REPRODUCED, False),      # starts below delta but reaches it: not flagged
     ((-0.40, -0.10), verdicts.OPPOSITE, False),      # below 0
     ((-0.002, 0.002), verdicts.NOT_REPRODUCED, False),  # reaches 0, below delta: a decided null (C6b)
     ((-0.15, 0.15), verdicts.UNDECIDED, False),      # reaches 0 and delta (C3b)
@@ -112,6 +113,19 @@ def test_finalize_decides_a_null_and_flags_a_small_effect():
   for p in parts:
     assert p["verdict"] == verdicts.classify(p["ci"], p["design"].effect, p["selected"])
   assert "decided null" in design.VERDICT_RULE and "smaller than claimed" in design.VERDICT_RULE
+
+
+def test_the_verdict_reads_the_interval_at_the_corrections_level():
+  """Ten parts, one called: the FCR level is 1 - 0.05 / 10. A null part whose unadjusted 95% interval lies below its
+  effect of interest but whose interval at that level reaches it is undecided, not a decided null."""
+  rng = np.random.default_rng(4)
+  null = {"test": verdicts.t_test([0.02, -0.02, 0.01, -0.01]), "design": _D(0.05)}
+  parts = [{"test": verdicts.t_test([1.0, 1.1, 0.9, 1.05]), "design": _D(0.5)}, null] + \
+      [{"test": verdicts.t_test(rng.normal(0, 1, 4)), "design": _D(10.0)} for _ in range(8)]
+  out = verdicts.finalize(parts)
+  assert out["calls"] == 1 and out["level"] == pytest.approx(0.995)
+  assert null["ci95"][1] < 0.05 < null["ci"][1]
+  assert null["verdict"] == verdicts.UNDECIDED
 
 
 def test_discordant_pairs_are_mcnemars_exact_test():
