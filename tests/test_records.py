@@ -133,3 +133,64 @@ def test_parts_without_their_runs_read_pending(tmp_path):
   c4 = next(l for l in text.splitlines() if l.startswith("| [C4]"))
   assert c4.split("|")[3].strip().startswith("**pending**") and not c4.split("|")[4].strip().startswith("**pending")
   assert f"`{gone}` (no record yet: pending)" in text
+
+
+def _misnamed(dst, case):
+  """A record copied over another's name: (the file now misnamed, what its name says)."""
+  py, sh = dst / "pystdlib", dst / "shakespeare"
+  if case == "seed":
+    src, to = py / "hc-2l-lr0.01-wu2-4st-s0.json", py / "hc-2l-lr0.01-wu2-4st-s1.json"
+  elif case == "recipe":
+    src, to = py / "hc-2l-lr0.01-wu2-4st-s0.json", py / "mhc-2l-lr0.01-wu2-4st-s0.json"
+  elif case == "corpus":
+    src, to = py / "hc-2l-lr0.01-wu2-4st-s0.json", sh / "hc-2l-lr0.01-wu2-4st-shakespeare-s0.json"
+  else:  # an init record
+    src, to = py / "init" / "post_norm-1l-s0.json", py / "init" / "post_norm-1l-s1.json"
+  assert src.exists() and to.exists(), (src, to)
+  shutil.copyfile(src, to)
+  return to
+
+
+@pytest.mark.parametrize("case", ["seed", "recipe", "corpus", "init"])
+def test_a_record_under_another_runs_name_is_refused(tmp_path, case):
+  """Seed 0's record copied over seed 1's name (the audit's case: it counted seed 0 twice), over another variant's,
+  into the other corpus, or an init record over another seed's: one line naming the file and the field, exit 2,
+  nothing written."""
+  dst, _ = _copy(tmp_path)
+  to = _misnamed(dst, case)
+  r = _report(dst, tmp_path / "out")
+  assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert to.name in r.stderr and "is not the record its name says" in r.stderr
+  want = {"seed": "seed 0", "recipe": "recipe", "corpus": "corpus 'pystdlib'", "init": "seed 0"}[case]
+  assert want in r.stderr
+  assert not (tmp_path / "out").exists()
+
+
+def test_one_record_under_two_names_is_refused():
+  """The same digest read under two paths (a copy whose identity fields still match its name) is refused."""
+  records.check_unique({"a": {"x.json"}, "b": {"y.json"}})
+  with pytest.raises(records.InputError, match="the same record under two names"):
+    records.check_unique({"a": {"x.json", "y.json"}})
+
+
+@pytest.mark.parametrize("where", ["missing", "empty", "not this design"])
+def test_no_records_is_refused_and_the_default_report_is_kept(tmp_path, where):
+  """A mistyped, empty or foreign --records with the default --out=docs: one line, exit 2, and the docs/results.md
+  already there is left as it was (run from a directory whose docs/ is a stand-in)."""
+  recs = tmp_path / "recs"
+  if where == "empty":
+    recs.mkdir()
+  elif where == "not this design":
+    (recs / "pystdlib").mkdir(parents=True)
+    (recs / "pystdlib" / "other.json").write_text("{}")
+  (tmp_path / "docs").mkdir()
+  page = tmp_path / "docs" / "results.md"
+  page.write_text("the report\n")
+  env = {**ENV, grid.SIZE_ENV: "test"}
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--records={recs}"], cwd=tmp_path,
+                     env=env, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+  assert str(recs) in r.stderr and "Traceback" not in r.stderr
+  assert {"missing": "is not a directory", "empty": "holds no run record",
+          "not this design": "holds no record of this design"}[where] in r.stderr
+  assert page.read_text() == "the report\n" and sorted(os.listdir(tmp_path / "docs")) == ["results.md"]

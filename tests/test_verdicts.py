@@ -1,7 +1,8 @@
 """resnorm/results/verdicts.py: the two-sided t-test and its intervals against scipy, the exact MDE's power by
 simulation, one Benjamini-Hochberg correction holding the false-call rate under a global null (2,000 reports at
-several RNG seeds), the FCR interval level, McNemar's exact test, the worst case for failed seeds, TOST's regime
-rule under a stable effect and a drift, and the power table."""
+several RNG seeds), the FCR interval level, the four-outcome verdict rule on the interval (a decided null, an
+opposite effect, a small one flagged), McNemar's exact test, the worst case for failed seeds, TOST's regime rule under
+a stable effect and a drift, and the power table."""
 import numpy as np
 import pytest
 from scipy import stats as st
@@ -51,7 +52,7 @@ def test_one_correction_holds_the_false_call_rate_under_a_global_null():
     for n in (3, 5):
       x = np.random.default_rng(seed * 10 + n).normal(0, 1, (reports, m, n))
       ps, dirs = st.ttest_1samp(x, 0.0, axis=-1).pvalue, np.sign(x.mean(-1))
-      rate = np.mean([any(c != verdicts.INCONCLUSIVE for c in verdicts.calls(p, d)) for p, d in zip(ps, dirs)])
+      rate = np.mean([any(c != verdicts.UNDECIDED for c in verdicts.calls(p, d)) for p, d in zip(ps, dirs)])
       pooled.append(rate)
       assert rate <= 0.05 + margin, (seed, n, rate)
   assert np.mean(pooled) <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / (reports * len(pooled))), pooled
@@ -68,11 +69,63 @@ def test_bh_decisions_and_the_fcr_level():
   parts = [{"test": verdicts.t_test(x)} for x in ([1.0, 1.1, 0.9, 1.05], [-1.0, -1.1, -0.9, -1.05], [0.1, -0.2, 0.05,
                                                                                                       0.0])]
   out = verdicts.finalize(parts)
-  assert [p["verdict"] for p in parts] == [verdicts.REPRODUCED, verdicts.NOT_REPRODUCED, verdicts.INCONCLUSIVE]
+  assert [p["verdict"] for p in parts] == [verdicts.REPRODUCED, verdicts.OPPOSITE, verdicts.UNDECIDED]
   assert out == {"m": 3, "calls": 2, "level": pytest.approx(1 - 2 * 0.05 / 3)}
   assert parts[0]["ci"] == pytest.approx(verdicts.interval(parts[0]["test"], 1 - 2 * 0.05 / 3))
   assert parts[0]["ci95"] == pytest.approx(verdicts.interval(parts[0]["test"], 0.95))
   assert parts[0]["ci"][0] < parts[0]["ci95"][0]  # wider than the unadjusted interval
+
+
+class _D:  # a part's design, as far as the rule reads it
+  def __init__(self, effect):
+    self.effect = effect
+
+
+@pytest.mark.parametrize("ci, want, small", [
+    ((0.10, 0.40), verdicts.REPRODUCED, False),      # above 0 and reaching delta
+    ((0.001, 0.02), verdicts.REPRODUCED, True),      # above 0, below delta: smaller than claimed
+    ((0.01, 0.30), verdicts.REPRODUCED, False),      # starts below delta but reaches it: not flagged
+    ((-0.40, -0.10), verdicts.OPPOSITE, False),      # below 0
+    ((-0.002, 0.002), verdicts.NOT_REPRODUCED, False),  # reaches 0, below delta: a decided null (C6b)
+    ((-0.15, 0.15), verdicts.UNDECIDED, False),      # reaches 0 and delta (C3b)
+    ((-0.01, 0.05), verdicts.UNDECIDED, False),      # reaching delta exactly is not below it
+])
+def test_four_outcome_rule_on_the_interval(ci, want, small):
+  assert verdicts.classify(ci, 0.05) == want
+  assert (want == verdicts.REPRODUCED and verdicts.smaller(ci, 0.05)) == small
+  if want in (verdicts.REPRODUCED, verdicts.OPPOSITE):  # only a part the correction selects excludes 0
+    assert verdicts.classify(ci, 0.05, selected=False) in (verdicts.NOT_REPRODUCED, verdicts.UNDECIDED)
+
+
+def test_finalize_decides_a_null_and_flags_a_small_effect():
+  """C6b's case: a tight interval around 0, far below its effect of interest, is "not reproduced" (the old rule
+  printed it inconclusive); a significant effect below its effect of interest is reproduced and flagged; a wide
+  interval stays undecided; the verdicts follow the intervals at the correction's level."""
+  strong = {"test": verdicts.t_test([1.0, 1.1, 0.9, 1.05]), "design": _D(0.5)}
+  null = {"test": verdicts.t_test([0.0001, -0.0008, 0.0009, 0.0002]), "design": _D(0.03)}
+  small = {"test": verdicts.t_test([0.010, 0.011, 0.0105, 0.0095]), "design": _D(0.05)}
+  wide = {"test": verdicts.t_test([0.3, -0.2, 0.1, -0.15]), "design": _D(0.05)}
+  parts = [strong, null, small, wide]
+  verdicts.finalize(parts)
+  assert [p["verdict"] for p in parts] == [verdicts.REPRODUCED, verdicts.NOT_REPRODUCED, verdicts.REPRODUCED,
+                                           verdicts.UNDECIDED]
+  assert [p["smaller"] for p in parts] == [False, False, True, False]
+  for p in parts:
+    assert p["verdict"] == verdicts.classify(p["ci"], p["design"].effect, p["selected"])
+  assert "decided null" in design.VERDICT_RULE and "smaller than claimed" in design.VERDICT_RULE
+
+
+def test_the_verdict_reads_the_interval_at_the_corrections_level():
+  """Ten parts, one called: the FCR level is 1 - 0.05 / 10. A null part whose unadjusted 95% interval lies below its
+  effect of interest but whose interval at that level reaches it is undecided, not a decided null."""
+  rng = np.random.default_rng(4)
+  null = {"test": verdicts.t_test([0.02, -0.02, 0.01, -0.01]), "design": _D(0.05)}
+  parts = [{"test": verdicts.t_test([1.0, 1.1, 0.9, 1.05]), "design": _D(0.5)}, null] + \
+      [{"test": verdicts.t_test(rng.normal(0, 1, 4)), "design": _D(10.0)} for _ in range(8)]
+  out = verdicts.finalize(parts)
+  assert out["calls"] == 1 and out["level"] == pytest.approx(0.995)
+  assert null["ci95"][1] < 0.05 < null["ci"][1]
+  assert null["verdict"] == verdicts.UNDECIDED
 
 
 def test_discordant_pairs_are_mcnemars_exact_test():
@@ -85,9 +138,9 @@ def test_discordant_pairs_are_mcnemars_exact_test():
 def test_the_worst_case_for_a_failed_seed_must_agree():
   """Seeds well above 0 and one failed seed: its worst case (the smallest observed value) still agrees, so the part
   is reproduced. Where the smallest value is below 0, the worst case (p 0.061 against 0.033) undoes the call:
-  inconclusive, and the row says why."""
+  undecided, and the row says why."""
   for xs, want in (([1.0, 1.1, 0.95, 1.05], verdicts.REPRODUCED),
-                   ([0.5, 0.6, 0.55, 0.52, -0.1], verdicts.INCONCLUSIVE)):
+                   ([0.5, 0.6, 0.55, 0.52, -0.1], verdicts.UNDECIDED)):
     x = dict(enumerate(xs))
     part = {"test": verdicts.t_test(list(x.values())), "worst": verdicts.sensitivity(x, [len(xs)])}
     assert part["worst"]["n"] == len(xs) + 1 and part["worst"]["mean"] == pytest.approx(np.mean(xs + [min(xs)]))

@@ -51,7 +51,7 @@ FULL = {
     # at 1000 steps), 10% warmup, 10x longer than the map; the 200-step runs of the same recipe give the gap to
     # compare with
     "long": {"layers": 8, "lr": 3e-4, "steps": 2000},
-    # C3: the regime the probes found (docs/results_notes.md): at 4 layers and lr 1e-2, Post-Norm without warmup
+    # C3: the regime the probes found (docs/results_probes.md): at 4 layers and lr 1e-2, Post-Norm without warmup
     # falls to the plateau, and a warmup of 180 steps (30% of 600) rescues it; 20 or 60 steps do not.
     "c3": {"layers": 4, "lr": 1e-2, "steps": 600, "warmup_frac": 0.3},
     "bf16_tags": ("bf16", "bf16stats"),      # C9: bfloat16 with norm statistics in float32 / in bfloat16

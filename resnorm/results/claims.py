@@ -10,35 +10,41 @@ where the part reads a trained model's diagnostics: `needs`) is a failed seed: t
 its verdict stands only if the worst case agrees (verdicts.sensitivity). Parts about stability count the failures
 themselves: McNemar's exact test on the discordant (cell, seed) pairs, pooled over the part's declared cells.
 A part that reads trained runs is in regime when the per-seed change of its own statistic over the last quarter of
-training is equivalent to zero within its tolerance (verdicts.tost). A claim of several parts is not reproduced if
-any part is; else reproduced if every part is; else out of regime if any part is; else inconclusive.
+training is equivalent to zero within its tolerance (verdicts.tost). The verdict rules, per part and per claim, are
+design.VERDICT_RULE and design.CLAIM_RULE (combine(), deciding()).
 """
 import math
 
 import numpy as np
 
 from resnorm.results import grid, verdicts
-from resnorm.results.design import BLOCK_SEEDS, DESIGN, DESIGN_CALLS, GAIN_TOL, MARGIN, NI_MARGIN  # noqa: F401
+from resnorm.results.design import (BLOCK_SEEDS, CLAIM_RULE, DESIGN, DESIGN_CALLS, GAIN_TOL, MARGIN,  # noqa: F401
+                                    NI_MARGIN)
 from resnorm.results.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos_spread,  # noqa: F401
                                    discordant_part, log_ratio, max_log_gain, median_cos, part, slope, trained)
 from resnorm.results.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
-from resnorm.results.verdicts import INCONCLUSIVE, NOT_REPRODUCED, OUT_OF_REGIME, PENDING, REPRODUCED
+from resnorm.results.verdicts import NOT_REPRODUCED, OPPOSITE, OUT_OF_REGIME, PENDING, REPRODUCED, UNDECIDED
 
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME, PENDING)
-COMBINE_RULE = ("A claim is **pending** while a run any part reads has not finished; else **not reproduced** if any "
-                "part is; else **reproduced** if every part is; else **out of regime** if any part is; else "
-                "**inconclusive**.")
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, OPPOSITE, UNDECIDED, OUT_OF_REGIME, PENDING)
+COMBINE_RULE = CLAIM_RULE
 
 
 def combine(vs) -> str:
+  """design.CLAIM_RULE: a claim's verdict from its parts' verdicts."""
   vs = list(vs)
-  if PENDING in vs:
-    return PENDING
-  if NOT_REPRODUCED in vs:
-    return NOT_REPRODUCED
+  for v in (PENDING, OPPOSITE, NOT_REPRODUCED):
+    if v in vs:
+      return v
   if vs and all(v == REPRODUCED for v in vs):
     return REPRODUCED
-  return OUT_OF_REGIME if OUT_OF_REGIME in vs else INCONCLUSIVE
+  return OUT_OF_REGIME if OUT_OF_REGIME in vs else UNDECIDED
+
+
+def deciding(parts) -> list[str]:
+  """The labels of the parts that decided the claim's verdict (combine's): those with its verdict (every part for
+  reproduced; for undecided, those undecided)."""
+  v = combine(p["verdict"] for p in parts)
+  return [p["label"] for p in parts if p["verdict"] == v]
 
 
 # ---- the claims --------------------------------------------------------------------------------------------------
@@ -252,4 +258,5 @@ def judge(by_corpus: dict) -> dict:
   for claims in by_corpus.values():
     for c in claims:
       c["verdict"] = combine(p["verdict"] for p in c["parts"])
+      c["deciding"] = deciding(c["parts"])
   return out

@@ -5,6 +5,9 @@ regime tolerance, in the part's own units. verdicts.power_table turns it into th
 Pilot: report v3 (docs/results.md before v4, 3 seeds on two corpora), the larger of the two corpora's per-seed
 standard deviations. Seeds are 0..n-1 per block (BLOCK_SEEDS, the sweep file's FULL["block_seeds"]); a recipe read by
 several blocks runs the largest count. There is no data-dependent second stage.
+
+The verdict rule (VERDICT_RULE, applied by verdicts.classify and claims.combine) and the replication family
+(REPLICATION, applied by resnorm/results/replication.py) are declared here with the rest of the design.
 """
 import math
 from typing import NamedTuple
@@ -12,6 +15,25 @@ from typing import NamedTuple
 MARGIN = 0.02              # nats/byte: "matches" (C7a) allows this much
 NI_MARGIN = 0.02           # nats/byte: C6c-d's non-inferiority margin for the mean paired loss difference over cells
 GAIN_TOL = math.log(1.1)   # C10: "near 1" means within 10%
+
+
+VERDICT_RULE = (
+    "Per part, from its interval at the correction's level, signed so that the claim predicts a positive value, and "
+    "its effect of interest delta: **reproduced** when the interval lies above 0 (flagged *smaller than claimed* "
+    "when it also lies below delta: a significant effect reported with its size, never generalised); **opposite** "
+    "when it lies below 0; **not reproduced** when it reaches 0 and lies below delta, so that an effect of the "
+    "claim's size is excluded (a decided null); **undecided** when it reaches both 0 and delta.")
+CLAIM_RULE = (
+    "Every part of a claim decides it: the claim is **pending** while a run any part reads has not finished; else "
+    "**opposite** if any part is; else **not reproduced** if any part is; else **reproduced** if every part is; "
+    "else **out of regime** if any part is; else **undecided**. The claims table names the parts that decided it.")
+# Replication across the corpora is its own test: per part the paired difference of the two corpora's per-seed
+# values (a seed gives identical initial weights on both corpora), one two-sided t-test per part, Benjamini-Hochberg
+# at REPLICATION["q"] over this second family, its intervals FCR-adjusted within it. The same four outcomes, against
+# the part's effect of interest: "did not replicate" when the interval excludes 0 (flagged "by less than the effect
+# of interest" when it lies within +-delta), "replicated" when it reaches 0 and lies within +-delta, "undecided"
+# otherwise. Significance on one corpus and not on the other is never read as either.
+REPLICATION = {"q": 0.05, "pairing": "seed", "test": "paired t", "correction": "BH, its own family"}
 
 
 class Design(NamedTuple):

@@ -7,7 +7,9 @@ subset, tokens, bootstrap SE) with the final eval's per-block sums (the block bo
 the unigram baseline, the diagnostics rows the claims read (only their fields), the run's timings, its provenance
 (commit, jax and jaxlib versions, devices, machine) and the fingerprint of the code that decides a run's numbers
 (fingerprint()). `digest` is the sha256 of the rest: a record edited by hand or cut short is refused by name.
-Init diagnostics (C1, C2a) are records too, under <corpus>/init/.
+Init diagnostics (C1, C2a) are records too, under <corpus>/init/. A record is read under the name of the run it
+must be (read(path, expect)): one whose recipe, corpus or seed disagrees with that name is refused, and so is the
+same record read under two names (check_unique).
 """
 import hashlib
 import json
@@ -103,9 +105,10 @@ def write(path: str, rec: dict) -> None:
   os.replace(tmp, path)
 
 
-def read(path: str) -> dict:
-  """A record, checked: one line naming it (InputError) if it is truncated, not JSON, of another schema or edited
-  by hand (its digest no longer matches)."""
+def read(path: str, expect: dict | None = None) -> dict:
+  """A record, checked: one line naming it (InputError) if it is truncated, not JSON, of another schema, edited
+  by hand (its digest no longer matches), or not the record its name says (expect: the identity fields its path
+  implies, e.g. {"kind": "run", "recipe": [...], "corpus": ..., "seed": ...})."""
   try:
     with open(path) as f:
       rec = json.load(f)
@@ -115,7 +118,33 @@ def read(path: str) -> dict:
         f"run record {path} is not a schema-{SCHEMA} record")
   check(rec.get("digest") == _digest(rec), f"run record {path} was edited or damaged: its digest does not match "
         "its contents (restore it from git, or rerun the run)")
+  wrong = [f"{k} {rec.get(k)!r} (its name says {v!r})" for k, v in (expect or {}).items() if rec.get(k) != v]
+  check(not wrong, f"run record {path} is not the record its name says: {', '.join(wrong)} (a copied or renamed "
+        "file; restore it from git, or rerun the run)")
   return rec
+
+
+def identity(r, corpus: str, seed: int) -> dict:
+  """What a run record read under run_name(r, seed, corpus) must hold."""
+  return {"kind": "run", "recipe": json.loads(json.dumps(list(r))), "corpus": corpus, "seed": seed}
+
+
+def init_identity(variant: str, layers: int, corpus: str, seed: int) -> dict:
+  return {"kind": "init", "variant": variant, "layers": layers, "corpus": corpus, "seed": seed}
+
+
+def check_unique(digests: dict) -> None:
+  """digests: digest -> the paths it was read under. One record under two names is refused in one line."""
+  dup = next((sorted(p) for p in digests.values() if len(p) > 1), None)
+  check(dup is None, f"run records {' and '.join(dup or [])} are the same record under two names (a copied file); "
+        "restore them from git, or rerun the runs")
+
+
+def check_present(records_dir: str) -> None:
+  """--from_records: the records directory must exist and hold at least one record, else nothing is reported."""
+  check(os.path.isdir(records_dir), f"--records={records_dir} is not a directory: no run record to report from")
+  check(any(n.endswith(".json") for _, _, names in os.walk(records_dir) for n in names),
+        f"--records={records_dir} holds no run record (*.json): nothing to report from")
 
 
 def check_fingerprints(fps: dict, accept: bool) -> None:

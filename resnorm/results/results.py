@@ -6,8 +6,9 @@ python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K
 2. Computes the claims C1-C10 per corpus from the runs (resnorm/results/claims.py: quantities, predicted signs,
    regimes, verdict rule).
 3. Writes OUT/results.md: the generated claims table (a verdict column per corpus), a section per claim with each
-   corpus's per-seed numbers and figure, the stability maps; then OUT/results_notes.md (the discussion, written by
-   hand) is appended.
+   corpus's per-seed numbers and figure, the stability maps, the replication test across the corpora; then
+   OUT/results_notes.md (the discussion, written by hand, checked by tests/test_findings.py) is appended. Where OUT
+   is this checkout's docs/ (the full CPU design), the README's findings and hero caption are regenerated too.
 --quick runs the same pipeline on a tiny model (resnorm.results.grid.QUICK); $RESNORM_RESULTS_SIZE=test is the
 test's size. Nothing in the report is typed in: every number is read from the runs.
 """
@@ -22,7 +23,7 @@ from absl import flags
 from resnorm.io import storage, workdir as wd
 from resnorm.core.errors import EXIT_BAD_INPUT, check, run_app
 from resnorm.results import claims as cl
-from resnorm.results import grid, records
+from resnorm.results import findings, grid, records, replication
 from resnorm.results import results_figs as figs
 from resnorm.results import results_md as md
 from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
@@ -239,17 +240,25 @@ def unfinished(Rs, d) -> list[str]:
 
 
 def evaluate_claims(Rs: dict, d) -> tuple[dict, dict]:
-  """corpus -> claims, judged together (one correction over every part of the report); and its summary."""
+  """corpus -> claims, judged together (one correction over every part of the report); and its summary, with the
+  design's m, the parts' a-priori MDEs and the replication family (summary["replication"])."""
   by_corpus = {c: cl.evaluate(R, d) for c, R in Rs.items()}
-  return by_corpus, cl.judge(by_corpus)
+  summary = cl.judge(by_corpus)
+  summary["design_m"] = len(cl.DESIGN) * len(Rs)
+  md.design_mdes(by_corpus, d, summary["design_m"])
+  summary["replication"] = replication.judge(by_corpus)
+  return by_corpus, summary
 
 
 def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
-  """Rs: corpus -> claims.Runs."""
+  """Rs: corpus -> claims.Runs. Where out is this checkout's docs/ with the full CPU design, the README's findings
+  and caption are regenerated too."""
   import datetime
   from resnorm.io import provenance
   by_corpus, summary = evaluate_claims(Rs, d)
-  summary["design_m"] = len(cl.DESIGN) * len(Rs)
+  readme = os.path.join(ROOT, "README.md")
+  new_readme = findings.readme_text(Rs, d, by_corpus, summary, readme, run_counts(Rs, d)) if os.path.abspath(out) == os.path.join(ROOT, "docs") \
+      and d["size"] == "full" and d["scale"] == "cpu" else None
   k = run_counts(Rs, d)
   todo = unfinished(Rs, d)
   flags_text = (" --quick" if d["size"] == "quick" else "") + (" --scale=tpu" if d["scale"] == "tpu" else "")
@@ -272,7 +281,7 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
            "Parts whose own statistic was not shown settled by the end of their runs: " +
            ("; ".join(md.unsettled(by_corpus)) or "none") + "." +
            (f" Not run at all, for the budget: {d['beyond_budget']}." if d.get("beyond_budget") and
-            d["size"] == "full" else ""), "", *md.across_corpora(by_corpus, summary["level"]), ""]
+            d["size"] == "full" else ""), "", *replication.table(summary["replication"], md.values_cell), ""]
   if todo:
     lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
               "when they end): " + ", ".join(todo) + ".", ""]
@@ -292,6 +301,9 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   path = os.path.join(out, "results.md")
   with open(path, "w") as f:
     f.write("\n".join(lines) + "\n")
+  if new_readme is not None:
+    with open(readme, "w") as f:
+      f.write(new_readme)
   return path
 
 
@@ -318,6 +330,7 @@ def main(argv):
   recs = storage.absolute(recs) if recs else None
   check(recs or not FLAGS.from_records, "--from_records needs --records (the design's default has none at this size)")
   if FLAGS.from_records:
+    records.check_present(recs)
     return report_from(d, {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}, t0)
   prepare_corpora(d)
   if recs:
@@ -345,18 +358,25 @@ def main(argv):
 
 
 def report_from(d, Rs: dict, t0: float, tail: str = "") -> int:
-  """Writes the report from Rs (workdirs or records): every record is read and checked first (one line naming a
-  damaged one; records of differing code fingerprints refused unless --accept_fingerprints)."""
+  """Writes the report from Rs (workdirs or records): every record is read and checked first, and nothing is written
+  unless all pass (one line naming a damaged record, one read under a name not its own, one read under two names;
+  records of differing code fingerprints refused unless --accept_fingerprints; no record of the design at all)."""
   for c, R in Rs.items():
     for _, r, s in (p for p in grid.points(d) if p[0] == c):
       R.run(r, s)
     for v, L, s in ((v, L, s) for v in grid.MAIN for L in d["init_depths"] for s in grid.block_seeds(d, "init")):
       R.init(v, L, s)
-  fps: dict = {}
+  fps, digests = {}, {}
   for R in Rs.values():
     for fp, paths in R.fingerprints.items():
       fps.setdefault(fp, set()).update(paths)
+    for dg, paths in R.digests.items():
+      digests.setdefault(dg, set()).update(paths)
+  records.check_unique(digests)
   records.check_fingerprints(fps, FLAGS.accept_fingerprints)
+  R = next(iter(Rs.values()))
+  check(not R.records_dir or digests, f"--records={R.records_dir} holds no record of this design's runs: nothing to "
+        "report from")
   path = write_report(Rs, d, FLAGS.out, time.time() - t0)
   k = run_counts(Rs, d)
   print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +

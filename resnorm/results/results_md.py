@@ -1,11 +1,10 @@
 """The markdown of docs/results.md: the claims table, each claim's per-part rows (test, intervals at the correction's
-level and at 95%, minimum detectable effect, failures, condition, regime, verdict), the power table, the rule, and
-the comparison of the two corpora."""
+level and at 95%, the a-priori and the observed minimum detectable effect, failures, condition, regime, verdict), the
+power table and the rule. The comparison of the two corpora is resnorm/results/replication.py's."""
 import numpy as np
-from scipy import stats as st
 
 from resnorm.results import claims as cl
-from resnorm.results import verdicts
+from resnorm.results import design, verdicts
 
 
 def _sd(values):
@@ -41,13 +40,18 @@ def _pv(x) -> str:
 
 
 def _shown(p) -> str:
-  """The verdict as printed: with the values' verdict beside "out of regime", and the worst case where it decided."""
+  """The verdict as printed: with the values' verdict beside "out of regime", the flag of a reproduced effect smaller
+  than claimed (with the effect of interest), and the worst case where it decided."""
   if p["verdict"] == cl.OUT_OF_REGIME:
-    return f"out of regime (values: {p['values_verdict']})"
+    return f"out of regime (values: {p['values_verdict']}{_small(p)})"
   extra = ""
   if p.get("worst_verdict") and p["worst_verdict"] != p["values_verdict"]:
     extra = " (the worst case for its failed seeds disagrees)"
-  return p["verdict"] + extra
+  return p["verdict"] + _small(p) + extra
+
+
+def _small(p) -> str:
+  return f", {verdicts.SMALLER}: below {verdicts.effect_of(p):g}" if p.get("smaller") else ""
 
 
 def _seeds(c) -> str:
@@ -61,17 +65,18 @@ def _seeds(c) -> str:
 
 
 def _cell(c) -> str:
-  effect = "; ".join(f"{p['label']}: {_effect(p)}" + (f" ({_shown(p)})" if p["verdict"] != p["values_verdict"]
-                                                       else "") for p in c["parts"])
-  return f"**{c['verdict']}**<br>{effect}<br>seeds {_seeds(c)}"
+  effect = "; ".join(f"{p['label']}: {_effect(p)} ({_shown(p)})" for p in c["parts"])
+  by = ", ".join(c.get("deciding") or []) or "none"
+  return f"**{c['verdict']}** (decided by {by})<br>{effect}<br>seeds {_seeds(c)}"
 
 
 def claims_table(by_corpus, level: float) -> list[str]:
   """One row per claim, one verdict column per corpus: the verdict, each part's mean with its FCR-adjusted interval,
   the seeds."""
   corpora = list(by_corpus)
-  lines = [f"Each part: its mean, with the {level:.2%} FCR-adjusted interval (the decision's); discordant-pair parts: "
-           "failures of the arm under test vs the reverse, with the interval of their share minus 1/2.", "",
+  lines = [f"Each part: its mean, with the {level:.2%} FCR-adjusted interval (the decision's), and its verdict; "
+           "discordant-pair parts: failures of the arm under test vs the reverse, with the interval of their share "
+           "minus 1/2. \"decided by\" names the parts whose verdict set the claim's.", "",
            "| claim | source | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
   for i, c in enumerate(by_corpus[corpora[0]]):
     lines.append(f"| [{c['id']}](#{c['id'].lower()}) {c['claim']} | {c['source']} | " +
@@ -79,8 +84,8 @@ def claims_table(by_corpus, level: float) -> list[str]:
   return lines
 
 
-def _mde(p) -> str:
-  return "n/a" if p.get("mde") is None else f"{p['mde']:.2g}"
+def _mde(p, key) -> str:
+  return "n/a" if p.get(key) is None else f"{p[key]:.2g}"
 
 
 def _failures(p) -> str:
@@ -114,14 +119,16 @@ def claim_section(c, corpus, fig_names) -> list[str]:
   seeds = sorted({s for p in c["parts"] for s in p["planned"]})
   lines = [f"#### {corpus}: **{c['verdict']}**", "",
            "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
-           " | mean ± std | mean, FCR interval | 95% CI | p (BH) | MDE (80%) | failures | condition; regime | "
-           "verdict |", "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|---|---|---|---|"]
+           " | mean ± std | mean, FCR interval | 95% CI | p (BH) | effect of interest | a-priori MDE (design, pilot sd) | "
+           "observed MDE (post hoc, observed sd) | failures | condition; regime | verdict |",
+           "|---|---|---|" + "---|" * len(seeds) + "---|---|---|---|---|---|---|---|---|---|"]
   notes = []
   for p in c["parts"]:
     vals = " | ".join(_seed_cell(p, s) for s in seeds)
     lines.append(f"| {p['label']} | {p['what']} | {'> 0' if p['sign'] > 0 else '< 0'} | {vals} | "
                  f"{_sd(list(p['values'].values()))} | {_effect(p)} | {_iv(p, 'ci95')} | {_pv(p.get('p_adj'))} | "
-                 f"{_mde(p)} | {_failures(p)} | {_regime_cell(p)} | {_shown(p)} |")
+                 f"{verdicts.effect_of(p):g} | {_mde(p, 'mde_design')} | {_mde(p, 'mde_observed')} | {_failures(p)} | "
+                 f"{_regime_cell(p)} | {_shown(p)} |")
     if p.get("note"):
       notes.append(f"Part {p['label']}: {p['note']}.")
     if p.get("worst"):
@@ -155,16 +162,29 @@ def unsettled(by_corpus) -> list[str]:
   return out
 
 
+def design_mdes(by_corpus, d, design_m: int) -> None:
+  """Sets each part's a-priori MDE (the power table's, from the pilot sd) as p["mde_design"]."""
+  rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], design_m, cl.DESIGN_CALLS)
+  mdes = {r["part"]: r["mde"] for r in rows}
+  for claims in by_corpus.values():
+    for c in claims:
+      for p in c["parts"]:
+        p["mde_design"] = mdes.get(f"{c['id']}{p['label']}")
+
+
 def power_table(d, summary) -> list[str]:
   """The design's power table (verdicts.power_table), as declared before the grid."""
   rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)
   level = rows[0]["level"] if rows else 0.0
+  t_rows = [r for r in rows if r["decidable"] is not None]
   out = [f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
-         f"seed (report v3's tables), its seeds, and the minimum detectable effect at 80% power of the two-sided "
+         f"seed (report v3's tables), its seeds, and the a-priori minimum detectable effect at 80% power of the two-sided "
          f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
          f"once the {cl.DESIGN_CALLS} parts whose pilot effect exceeded 8 standard deviations are called), beside "
-         "the effect of interest declared in the part's units. Discordant-pair parts have no per-seed sd.", "",
-         "| part | block | pilot sd | seeds | MDE (80%) | effect of interest | power at it | decidable |",
+         "the effect of interest declared in the part's units: what each part could have detected. "
+         f"{sum(not r['decidable'] for r in t_rows)} of {len(t_rows)} t-test parts cannot detect their effect of "
+         "interest at these seeds. Discordant-pair parts have no per-seed sd.", "",
+         "| part | block | pilot sd | seeds | a-priori MDE (80%) | effect of interest | power at it | decidable |",
          "|---|---|---|---|---|---|---|---|"]
   for r, (k, dz) in zip(rows, cl.DESIGN.items()):
     f = lambda x, fmt: "n/a" if x is None else format(x, fmt)
@@ -178,10 +198,11 @@ def rule_text(summary, d) -> str:
   return ("Verdict per part (resnorm/results/verdicts.py), from the paired per-seed values x (sign-adjusted so the "
           "claim predicts x > 0) of the seeds the design fixed for it: a two-sided paired t-test (parts that count "
           "failures: McNemar's exact test on the discordant pairs), with "
-          f"{verdicts.CORRECTION.format(q=verdicts.Q, m=summary['m'], level=summary['level'])}: **reproduced** if "
-          "the adjusted p is below q and the effect has the claim's sign, **not reproduced** if it is below q with "
-          "the other sign, **inconclusive** otherwise. \"MDE (80%)\" is the true mean the two-sided test at the "
-          "report's BH level detects with 80% power, from the noncentral t and the part's observed std. No seed is "
+          f"{verdicts.CORRECTION.format(q=verdicts.Q, m=summary['m'], level=summary['level'])}. "
+          f"{design.VERDICT_RULE} Only a part the correction selects can be reproduced or opposite. "
+          "\"a-priori MDE\" is the design's (the pilot sd, the power table below): what a part could have detected. "
+          "\"observed MDE\" is post hoc, from the part's own std on its few degrees of freedom at the report's BH "
+          "level, and says nothing about what the design could detect. No seed is "
           "dropped for an outcome of an arm under test: a part may condition only on its control arm (declared in "
           "resnorm/results/claims.py); a stalled run keeps its loss, a diverged run has none (nothing is imputed), "
           "and a seed whose arm under test failed where the statistic needs it is judged by the worst case (that "
@@ -191,32 +212,6 @@ def rule_text(summary, d) -> str:
           f"gives what the values alone say. {cl.COMBINE_RULE}")
 
 
-def across_corpora(by_corpus, level: float) -> list[str]:
-  """Every part on both corpora side by side, with the interaction: the difference of the two corpora's mean paired
-  statistics and its Welch interval at the correction's level."""
-  corpora = list(by_corpus)
-  if len(corpora) < 2:
-    return []
-  a, b = corpora[:2]
-  lines = ["## Both corpora", "", f"The values verdict of every part on each corpus, and the interaction {a} - {b}: "
-           f"the difference of the mean paired statistics, with its Welch interval at {level:.2%} (the correction's "
-           "level; the corpora's runs are independent). A part significant on one corpus and null on the other has "
-           "not replicated.", "", f"| part | {a} | {b} | interaction {a} - {b} |", "|---|---|---|---|"]
-  for ca, cb in zip(by_corpus[a], by_corpus[b]):
-    for pa, pb in zip(ca["parts"], cb["parts"]):
-      lines.append(f"| {ca['id']}{pa['label']} | {pa['values_verdict']} ({_effect(pa)}) | {pb['values_verdict']} "
-                   f"({_effect(pb)}) | {interaction(pa, pb, level)} |")
-  return lines
-
-
-def interaction(pa, pb, level: float = 0.95) -> str:
-  xa, xb = list(pa["x"].values()), list(pb["x"].values())
-  if len(xa) < 2 or len(xb) < 2:
-    return "n/a"
-  va, vb = np.var(xa, ddof=1) / len(xa), np.var(xb, ddof=1) / len(xb)
-  diff, se = pa["sign"] * float(np.mean(xa) - np.mean(xb)), float(np.sqrt(va + vb))
-  if se == 0:
-    return f"{diff:+.3g}"
-  dof = (va + vb) ** 2 / (va ** 2 / (len(xa) - 1) + vb ** 2 / (len(xb) - 1))
-  h = float(st.t.ppf(0.5 + level / 2, dof) * se)
-  return f"{diff:+.3g} [{diff - h:+.3g}, {diff + h:+.3g}]"
+def values_cell(p) -> str:
+  """A part's values verdict and effect, for the table of both corpora."""
+  return f"{p['values_verdict']}{_small(p)} ({_effect(p)})"

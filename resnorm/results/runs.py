@@ -16,6 +16,7 @@ class Runs:
     self.root, self.d, self.corpus, self._cache = root, d, corpus, {}
     self.records_dir = records_dir
     self.fingerprints: dict = {}  # fingerprint -> the record files read with it (records only)
+    self.digests: dict = {}       # digest -> the record files read with it (records only: one record, one name)
     self.frac = 1.0       # where in its run each run is read (at()): its end by default
     self.subset = False   # at(subset=True): losses on the eval set's fixed subset, at every fraction (like with like)
     self.touched = None   # part() records here the runs a statistic reads
@@ -38,18 +39,23 @@ class Runs:
       self.touched.add(key)
     if key not in self._cache:
       name = grid.run_name(r, seed, self.corpus)
-      self._cache[key] = self._read_record(self.record_path(name)) if self.records_dir else \
-          self._read(storage.join(self.root, name))
+      self._cache[key] = self._read_record(self.record_path(name), records.identity(r, self.corpus, seed)) \
+          if self.records_dir else self._read(storage.join(self.root, name))
     return self._cache[key]
 
   def record_path(self, name: str) -> str:
     return storage.join(self.records_dir, self.corpus, f"{name}.json")
 
-  def _read_record(self, path: str) -> dict | None:
+  def _checked(self, path: str, expect: dict) -> dict:
+    rec = records.read(path, expect)
+    self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
+    self.digests.setdefault(rec["digest"], set()).add(path)
+    return rec
+
+  def _read_record(self, path: str, expect: dict) -> dict | None:
     if not storage.exists(path):
       return None
-    rec = records.read(path)
-    self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
+    rec = self._checked(path, expect)
     diags = rec["diags"]
     diverged = rec["status"] == "diverged"
     summary = {**rec["timing"], "provenance": rec["provenance"], "status": rec["status"],
@@ -113,7 +119,5 @@ class Runs:
     if not storage.exists(path):
       return None
     if self.records_dir:
-      rec = records.read(path)
-      self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
-      return rec["sublayers"]
+      return self._checked(path, records.init_identity(variant, layers, self.corpus, seed))["sublayers"]
     return wd.read_json(path, "init diagnostics")["sublayers"]

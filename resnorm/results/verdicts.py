@@ -9,13 +9,19 @@ claim's predicted sign, so that the claim predicts mean(x) > 0, over the seeds t
   of the mean. Parts about stability count failures instead: the exact two-sided binomial test of the discordant
   (cell, seed) pairs (McNemar's exact test, scipy.stats.binomtest), pooled over the part's declared cells.
 - correction: Benjamini-Hochberg at Q over every tested part of both corpora (scipy.stats.false_discovery_control),
-  which bounds the directional false discovery rate (Benjamini & Yekutieli 2005, section 5).
-  **reproduced**: BH-adjusted p < Q and the effect in the claim's direction; **not reproduced**: adjusted p < Q,
-  opposite direction; **inconclusive** otherwise.
-- intervals: the FCR-adjusted interval of Benjamini & Yekutieli (2005), at level 1 - R Q / m (R the number of calls
-  of the report, m its tested parts; R = 1 when there is none), printed beside the unadjusted 95% interval.
-- minimum detectable effect: the smallest true mean that the two-sided t-test at level `alpha` detects with
-  probability POWER, solved on the noncentral t distribution (scipy.stats.nct).
+  which bounds the directional false discovery rate (Benjamini & Yekutieli 2005, section 5). Its selected parts
+  (adjusted p < Q) are the report's R calls.
+- intervals: the FCR-adjusted interval of Benjamini & Yekutieli (2005), at level 1 - R Q / m (m the tested parts;
+  R = 1 when there is none), printed beside the unadjusted 95% interval. At that level a t-test part's interval
+  excludes 0 exactly when BH selects it.
+- verdict (classify(); the rule is declared in resnorm/results/design.py, VERDICT_RULE): from that interval, signed so
+  that the claim predicts > 0, and the part's effect of interest delta: **reproduced** when it lies above 0 (flagged
+  "smaller than claimed" when it also lies below delta); **opposite** when it lies below 0; **not reproduced** (a
+  decided null) when it reaches 0 and lies below delta; **undecided** when it reaches both 0 and delta. Only a part
+  BH selects can be reproduced or opposite.
+- minimum detectable effect, two of them: the a-priori MDE (the design's: the pilot sd at the design level,
+  power_table) and the observed MDE (post hoc: the part's own sd at the report's BH level). Both solve for the
+  smallest true mean that the two-sided t-test detects with probability POWER on the noncentral t (scipy.stats.nct).
 - regime: a part is settled when the per-seed change of its own statistic over the last quarter of training
   (75% -> 100% of each run's steps) is equivalent to zero within the part's declared tolerance: TOST (two one-sided
   t-tests, Schuirmann 1987) at TOST_ALPHA, paired across seeds. A part not shown settled is **out of regime**.
@@ -32,8 +38,9 @@ from scipy import stats as st
 
 Q, POWER, TOST_ALPHA = 0.05, 0.80, 0.05
 CHECK_FRACS = (0.5, 0.75, 1.0)   # the fractions of each run's steps at which a part's statistic is read
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, OUT_OF_REGIME = "reproduced", "not reproduced", "inconclusive", \
-    "out of regime"
+REPRODUCED, NOT_REPRODUCED, OPPOSITE, UNDECIDED, OUT_OF_REGIME = "reproduced", "not reproduced", "opposite", \
+    "undecided", "out of regime"
+SMALLER = "smaller than claimed"  # the flag of a reproduced part whose interval also lies below its effect of interest
 PENDING = "pending"  # a run the part reads has not finished (its record is missing): no test, no verdict yet
 CORRECTION = ("Benjamini-Hochberg at q = {q} over all {m} tested parts of the report (both corpora), on two-sided "
               "p-values (directional FDR); intervals FCR-adjusted (Benjamini & Yekutieli 2005) at {level:.2%}, the "
@@ -177,40 +184,62 @@ def power_table(design: dict, block_seeds: dict, m: int, calls: int) -> list[dic
 
 
 def calls(pvals, directions) -> list[str]:
-  """The report's decisions from its tested parts' two-sided p-values and directions: BH over all of them, then
-  decide(). The one place the correction is applied (finalize uses it; the global-null test calls it directly)."""
-  return [INCONCLUSIVE if a >= Q or d == 0 else (REPRODUCED if d > 0 else NOT_REPRODUCED)
+  """The parts BH selects, from their two-sided p-values and directions: REPRODUCED or OPPOSITE by the direction,
+  UNDECIDED where not selected. The one place the correction is applied (finalize and the global-null test)."""
+  return [UNDECIDED if a >= Q or d == 0 else (REPRODUCED if d > 0 else OPPOSITE)
           for a, d in zip(bh(list(pvals)), directions)]
 
 
-def decide(test: dict | None, p_adj: float | None) -> str:
-  if test is None or p_adj is None or p_adj >= Q or test["direction"] == 0:
-    return INCONCLUSIVE
-  return REPRODUCED if test["direction"] > 0 else NOT_REPRODUCED
+def classify(ci, effect: float, selected: bool = True) -> str:
+  """The four-outcome rule (design.VERDICT_RULE) on an interval ci = (lo, hi), signed so that the claim predicts a
+  positive value, against the effect of interest. Only a selected part (BH) counts as excluding 0."""
+  if ci is None:
+    return UNDECIDED
+  lo, hi = ci
+  if selected and lo > 0:
+    return REPRODUCED
+  if selected and hi < 0:
+    return OPPOSITE
+  return NOT_REPRODUCED if math.isfinite(effect) and hi < effect else UNDECIDED
+
+
+def smaller(ci, effect: float) -> bool:
+  """A reproduced part's flag: its interval lies below the effect of interest too (a significant but small effect)."""
+  return ci is not None and ci[1] < effect
+
+
+def effect_of(p: dict) -> float:
+  """The part's effect of interest (its design's; inf where a part has none: no null is then decided)."""
+  dz = p.get("design")
+  return dz.effect if dz is not None else p.get("effect", math.inf)
 
 
 def finalize(parts: list[dict]) -> dict:
-  """Applies the one correction over these parts (every part of the report) and sets each part's p_adj, verdicts,
-  intervals and MDE. Returns {"m": tested parts, "calls": R, "level": the FCR interval level}."""
+  """Applies the one correction over these parts (every part of the report) and sets each part's p_adj, intervals,
+  verdicts (classify() on the interval at the correction's level) and observed MDE. Returns {"m": tested parts,
+  "calls": R (BH's selected parts), "level": the FCR interval level}."""
   tested = [p for p in parts if p["test"] is not None and not p.get("pending")]
   for p, a in zip(tested, bh([p["test"]["p"] for p in tested])):
     p["p_adj"] = a
   m = max(len(tested), 1)
   for p in parts:
     p.setdefault("p_adj", None)
-    p["values_verdict"] = PENDING if p.get("pending") else decide(p["test"], p["p_adj"])
-  calls = sum(p["values_verdict"] in (REPRODUCED, NOT_REPRODUCED) for p in parts)
+    p["selected"] = p["p_adj"] is not None and p["p_adj"] < Q and p["test"]["direction"] != 0
+  calls = sum(p["selected"] for p in parts)
   level = 1 - max(calls, 1) * Q / m
   for p in parts:
-    t = p["test"]
+    t, delta = p["test"], effect_of(p)
     p["ci"], p["ci95"] = interval(t, level), interval(t, 0.95)
-    p["mde"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
-    if p["values_verdict"] in (REPRODUCED, NOT_REPRODUCED) and p.get("worst") is not None:  # must agree
+    p["mde_observed"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
+    p["values_verdict"] = PENDING if p.get("pending") else classify(p["ci"], delta, p["selected"])
+    if p["values_verdict"] in (REPRODUCED, OPPOSITE) and p.get("worst") is not None:  # must agree
       w = p["worst"]
-      p["worst_verdict"] = decide(w, min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0)))
+      w_adj = min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0))
+      p["worst_verdict"] = classify(interval(w, level), delta, w_adj < Q and w["direction"] != 0)
       if p["worst_verdict"] != p["values_verdict"]:
-        p["values_verdict"] = INCONCLUSIVE
+        p["values_verdict"] = UNDECIDED
     if p.get("veto") and p["values_verdict"] == REPRODUCED:  # C6c-d: significantly more failures than the control
       p["values_verdict"] = NOT_REPRODUCED
+    p["smaller"] = p["values_verdict"] == REPRODUCED and smaller(p["ci"], delta)
     p["verdict"] = p["values_verdict"] if p.get("settled") is not False or p.get("pending") else OUT_OF_REGIME
   return {"m": len(tested), "calls": calls, "level": level}

@@ -1,0 +1,99 @@
+"""resnorm/results/findings.py: the README's findings and hero caption are generated from the committed records'
+report, and docs/results_notes.md is checked against the generated tables: every number it quotes, every part it
+names, every verdict word, and null wordings only for parts that are not reproduced. Planted errors are caught."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from resnorm.results import findings, grid, records
+from test_cli import ENV, ROOT
+
+sys.path.insert(0, ROOT)
+from configs.sweeps import results as sweep_file  # noqa: E402
+
+RECORDS = os.path.join(ROOT, "results", "v4")
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+  """The report rebuilt from the committed records into a scratch directory (its tables, no notes appended), and
+  the judged claims in this process."""
+  out = tmp_path_factory.mktemp("report")
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--out={out}"], cwd=ROOT, env=ENV,
+                     capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  from resnorm.results import claims as cl
+  from resnorm.results import results
+  d = grid.design(sweep_file.FULL, "full")
+  Rs = {c: cl.Runs("", d, c, RECORDS) for c in d["corpora"]}
+  by_corpus, summary = results.evaluate_claims(Rs, d)
+  tables = (out / "results.md").read_text()
+  return {"d": d, "Rs": Rs, "by_corpus": by_corpus, "summary": summary,
+          "facts": findings.facts(by_corpus, summary, tables), "k": results.run_counts(Rs, d)}
+
+
+def _notes():
+  return open(os.path.join(ROOT, "docs", "results_notes.md")).read()
+
+
+def _readme():
+  return open(os.path.join(ROOT, "README.md")).read()
+
+
+def test_the_notes_match_the_tables(report):
+  assert findings.check(_notes(), report["facts"]) == []
+
+
+def test_the_readme_findings_and_caption_are_the_generated_ones(report):
+  from resnorm.results import verdicts
+  from resnorm.results import claims as cl
+  text = _readme()
+  rows = verdicts.power_table(cl.DESIGN, report["d"]["block_seeds"], report["summary"]["design_m"], cl.DESIGN_CALLS)
+  block = findings.readme_block(report["by_corpus"], report["summary"], rows)
+  assert findings.between(text, findings.BEGIN, findings.END) == block
+  cap = findings.caption(report["k"], report["d"], findings.post_norm_map(report["Rs"], report["d"]))
+  assert findings.between(text, findings.CAPTION_BEGIN, findings.CAPTION_END) == cap
+  assert "672 runs" not in text and "12 layers every Post-Norm cell" not in text
+  assert findings.check("\n".join(block + cap), report["facts"]) == []
+
+
+@pytest.mark.parametrize("old, new, why", [
+    ("+0.389 on Python", "+0.398 on Python", "the number 0.398"),            # a wrong number
+    ("C6b, mHC's adjacent cosine below Pre-Norm's, is not reproduced", "C6b, mHC's adjacent cosine below Pre-Norm's, "
+     "is reproduced", "C6b is not 'reproduced'"),                               # a wrong verdict word
+    ("C3c, the long warmup, is reproduced on\nShakespeare", "C3c, the long warmup, is reproduced on\nPython",
+     "C3c is not 'reproduced'"),                                               # the right word, the wrong corpus
+    ("The 10% warmup's effect is therefore not decided either way.",
+     "A 10% warmup does not rescue Post-Norm (C3b).", "'does not rescue' is said of C3b"),  # a null from no evidence
+    ("C1b, C1c, C2a and C6b replicated", "C1b, C1c, C2a, C4b and C6b replicated", "C4b is not 'replicated'"),
+    ("C10a, HC's composite gain", "C10c, HC's composite gain", "C10c is not a part"),      # a part that does not exist
+    ("+0.0148 nats/byte per doubling", "+0.0184 nats/byte per doubling", "the number 0.0184"),
+])
+def test_a_planted_error_in_the_notes_is_caught(report, old, new, why):
+  text = _notes()
+  assert old in text, old
+  problems = findings.check(text.replace(old, new), report["facts"])
+  assert any(why in p for p in problems), problems
+
+
+def test_a_planted_error_in_the_readme_findings_is_caught(report):
+  block = findings.between(_readme(), findings.BEGIN, findings.END)
+  wrong = [l.replace("C6 not reproduced on both corpora", "C6 reproduced on both corpora") for l in block]
+  assert wrong != block
+  assert any("C6 is not 'reproduced'" in p for p in findings.check("\n".join(wrong), report["facts"]))
+
+
+def test_items_and_numbers_are_read_as_written():
+  assert findings.items("C1b, c and C6c-d; C3 and C10a") == ["C1b", "C1c", "C6c", "C6d", "C3", "C10a"]
+  f = {"numbers": [0.387, 96.88, 8.87e-05], "parts": {}, "claims": {}, "replication": {}, "corpora": ["pystdlib"]}
+  assert findings.check("0.39, 0.387, 97% and 8.9e-05, on 2026-12-04 at 14:58 in `eac5c17`", f) == []
+  assert findings.check("0.38", f) == ["the number 0.38 is not in the tables"]
+
+
+def test_a_readme_without_markers_is_refused_in_one_line():
+  with pytest.raises(records.InputError, match="has no generated block"):
+    findings.splice("no markers here", findings.BEGIN, findings.END, ["x"], "README.md")
+  text = f"a\n{findings.BEGIN}\nold\n{findings.END}\nb"
+  assert findings.splice(text, findings.BEGIN, findings.END, ["new"], "R") == f"a\n{findings.BEGIN}\nnew\n{findings.END}\nb"
