@@ -31,25 +31,18 @@ import jax
 import jax.numpy as jnp
 
 
-# Every product with the store is a broadcast multiply in the store's dtype and a sum accumulated in float32,
-# never a dot and never the store converted to float32: a dot with (b, t) as batch dimensions has XLA transpose
-# (copy) the whole store, and a float32 copy read by two reductions is materialized, twice the store's bytes each.
-# In bfloat16 that is what a bfloat16 matmul does (bfloat16 products, float32 sums); in float32 it is exact.
-
-
-def _w_SBTC(w, spec, dt):
-  """The weights as [S, B, T, C] (C = 1 for one weight per slot) in dtype dt."""
-  w = w.astype(dt)
-  return jnp.moveaxis(w, -1, 0) if spec == "btcs" else w[:, None, None, None]
+# The reads' forms are the ones the TPU compiler's plan at 96 layers kept smallest (docs/scaling.md): per token and
+# way weights as broadcast multiplies and sums over the major slot axis (a dot with (b, t) as batch dimensions
+# would transpose the whole store), one weight per slot and the key logits as dots over the slot or feature axis.
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _weighted(buf_SBTD, w, spec):
   """sum_s w[..., s] buf[s], float32: out[b,t,c,:] for w [B,T,C,S] (spec "btcs"), out[b,t,:] for w [S] ("s")."""
-  w_SBTC = _w_SBTC(w, spec, buf_SBTD.dtype)
-  out = jnp.stack([jnp.sum(w_SBTC[..., c, None] * buf_SBTD, axis=0, dtype=jnp.float32)
-                   for c in range(w_SBTC.shape[-1])], axis=2)
-  return out if spec == "btcs" else out[:, :, 0]
+  if spec == "s":
+    return jnp.einsum("sbtd,s->btd", buf_SBTD, w, preferred_element_type=jnp.float32)
+  v, w_SBTC = buf_SBTD.astype(jnp.float32), jnp.moveaxis(w.astype(jnp.float32), -1, 0)
+  return jnp.stack([jnp.sum(w_SBTC[..., c, None] * v, axis=0) for c in range(w.shape[2])], axis=2)
 
 
 def _weighted_fwd(buf_SBTD, w, spec):
@@ -58,25 +51,25 @@ def _weighted_fwd(buf_SBTD, w, spec):
 
 def _weighted_bwd(spec, res, ct):
   buf_SBTD, w = res
-  dt = buf_SBTD.dtype
-  ct_BTCD = (ct if spec == "btcs" else ct[:, :, None]).astype(dt)
-  w_SBTC = _w_SBTC(w, spec, dt)
-  d_buf = sum(w_SBTC[..., c, None] * ct_BTCD[None, :, :, c] for c in range(ct_BTCD.shape[2]))
-  d_w = jnp.stack([jnp.sum(buf_SBTD * ct_BTCD[None, :, :, c], axis=-1, dtype=jnp.float32)
-                   for c in range(ct_BTCD.shape[2])], axis=-1)                            # [S, B, T, C]
-  d_w = jnp.moveaxis(d_w, 0, -1) if spec == "btcs" else jnp.sum(d_w[..., 0], axis=(1, 2))
-  return d_buf, d_w.astype(w.dtype)
+  ct = ct.astype(jnp.float32)
+  if spec == "s":
+    d_buf = jnp.einsum("btd,s->sbtd", ct, w.astype(jnp.float32))
+    d_w = jnp.einsum("sbtd,btd->s", buf_SBTD, ct, preferred_element_type=jnp.float32)
+  else:
+    v, w_SBTC = buf_SBTD.astype(jnp.float32), jnp.moveaxis(w.astype(jnp.float32), -1, 0)
+    d_buf = sum(w_SBTC[..., c, None] * ct[None, :, :, c] for c in range(w.shape[2]))
+    d_w = jnp.moveaxis(jnp.stack([jnp.sum(v * ct[None, :, :, c], axis=-1) for c in range(w.shape[2])], -1), 0, -1)
+  return d_buf.astype(buf_SBTD.dtype), d_w.astype(w.dtype)
 
 
 _weighted.defvjp(_weighted_fwd, _weighted_bwd)
 
 
 def rms_logit(v_SBTD, q_D, eps):
-  """z[s,b,t] = q . RMSNorm(v[s,b,t]) = (q . v) / sqrt(mean(v^2) + eps) (no gain), float32: Attention Residuals'
-  phi(w, k) logit (Eq. 2)."""
-  ss = jnp.sum(v_SBTD * v_SBTD, axis=-1, dtype=jnp.float32)
-  qv = jnp.sum(v_SBTD * q_D.astype(v_SBTD.dtype)[None, None, None], axis=-1, dtype=jnp.float32)
-  return qv * jax.lax.rsqrt(ss / v_SBTD.shape[-1] + eps)
+  """z[s,b,t] = q . RMSNorm(v[s,b,t]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2)."""
+  v = v_SBTD.astype(jnp.float32)
+  k = v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + eps)
+  return jnp.einsum("sbtd,d->sbt", k, q_D.astype(jnp.float32))
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -91,14 +84,13 @@ def _rms_logits_fwd(buf_SBTD, q_D, eps):
 def _rms_logits_bwd(eps, res, ct_SBT):
   # z = r (q.v), r = (mean v^2 + eps)^-1/2: dz/dv = r q - r^3 (q.v) v / D; dz/dq = r v
   buf_SBTD, q_D = res
-  dt, d = buf_SBTD.dtype, buf_SBTD.shape[-1]
-  r = jax.lax.rsqrt(jnp.sum(buf_SBTD * buf_SBTD, axis=-1, dtype=jnp.float32) / d + eps)
-  qv = jnp.sum(buf_SBTD * q_D.astype(dt)[None, None, None], axis=-1, dtype=jnp.float32)
+  v, q = buf_SBTD.astype(jnp.float32), q_D.astype(jnp.float32)
+  r = jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1) + eps)
+  qv = jnp.einsum("sbtd,d->sbt", v, q)
   g = ct_SBT.astype(jnp.float32) * r
-  coef = g * r * r * qv / d
-  d_v = g[..., None].astype(dt) * q_D.astype(dt)[None, None, None] - coef[..., None].astype(dt) * buf_SBTD
-  d_q = jnp.sum(buf_SBTD * g[..., None].astype(dt), axis=(0, 1, 2), dtype=jnp.float32)
-  return d_v, d_q.astype(q_D.dtype)
+  d_v = g[..., None] * q[None, None, None] - (g * r * r * qv / v.shape[-1])[..., None] * v
+  d_q = jnp.einsum("sbt,sbtd->d", g, v)
+  return d_v.astype(buf_SBTD.dtype), d_q.astype(q_D.dtype)
 
 
 _rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
