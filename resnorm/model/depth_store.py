@@ -21,7 +21,7 @@ the carry. Memory: the final buffer once plus each block's own residuals, O(L D 
 flat in depth (one scanned body).
 
 Reads over the whole buffer (`weighted`, `rms_logits`) are custom-VJP ops whose only residual is the buffer
-itself; a window of a few slots (`window`, `slot`) is a dynamic slice, whose residual is its index.
+itself; one slot (`slot`) is a dynamic index, whose residual is its index.
 """
 from functools import partial
 from typing import Any
@@ -156,14 +156,6 @@ class Store:
     for slot, value in self.fresh:
       v = jnp.where(slot == i, value, v)
     return v
-
-  def window(self, start, size) -> jax.Array:
-    """[size, B, T, D]: slots start .. start + size - 1 (traced start)."""
-    win = jax.lax.dynamic_slice_in_dim(self.buf, start, size, axis=0)
-    idx = start + jnp.arange(size)
-    for slot, value in self.fresh:
-      win = jnp.where((idx == slot)[:, None, None, None], value[None], win)
-    return win
 
 
 def layer_scan(body, params, store: Store, xs, consts):

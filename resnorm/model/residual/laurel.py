@@ -18,12 +18,14 @@ function; with c = 1 it is refused. The paper places one LAuReL per layer in its
 resnorm's unit of residual. Gemma 3n's form (one LAuReL per layer around attention, the low-rank branch read from
 the normed input and RMS-normed, fixed weights 1/sqrt(2)) is not this variant; docs/variants.md says how it differs.
 
-PA reads earlier inputs, so the state is a depth store (resnorm.model.depth_store): the stream x_l rides the carry
-as the store's `x`, and slot (k - 1) + m holds the input of sublayer m, written once by that sublayer (the k - 1
-leading slots stay zero: the inputs before the first sublayer). Sublayer l reads the window of slots l .. l + k - 2,
-exactly the k - 1 inputs it weights, when k - 1 <= WINDOW_MAX; a larger k reads them as a weighted sum over the
-whole store (2 (2L + k - 1) D FLOPs per token, no window to keep). Memory per token: the store, (2L + k - 1) D,
-kept once by the backward, plus each sublayer's window where there is one, (k - 1) D <= 8 D: linear in depth.
+PA's state depends on its reach. For k - 1 <= WINDOW_MAX (the paper's k = 3 among them) the state is the window
+itself, [B, T, k, D]: slot 0 the stream x_l, slot j the input of sublayer l - j (zeros before the first), shifted
+by one each sublayer; the scan's backward keeps it per block, k D per token and block, linear in depth, and each
+sublayer reads exactly its k - 1 inputs. A longer reach uses the depth store (resnorm.model.depth_store): the
+stream rides the carry as the store's `x`, slot (k - 1) + m holds the input of sublayer m, written once, and
+sublayer l reads its k - 1 inputs as a weighted sum over the store (weights g at their slots, 0 elsewhere; 2 (2L + k
+- 1) D FLOPs per token); the store, (2L + k - 1) D, is kept once by the backward, where a window of k - 1 in the
+carry would be kept per block (quadratic as k approaches 2L).
 A and B are weight-decayed, as matrices; alpha, beta and g are gates and are not (the paper says neither).
 """
 import flax.linen as nn
@@ -41,18 +43,18 @@ def column_orthogonal(_rng, shape, dtype=jnp.float32):
   return (jnp.arange(d)[:, None] % r == jnp.arange(r)[None]).astype(dtype) / jnp.sqrt(float(r * d)).astype(dtype)
 
 
-# PA reads at most this many earlier inputs as a window (each sublayer's window is a residual of its gains'
-# gradient, (k - 1) D per token); more are read as a weighted sum over the whole store (residual: the store alone)
-WINDOW_MAX = 8
+# The longest reach (k - 1) kept as a window in the scan carry; beyond it, the depth store (the window, saved per
+# block, would cost (k - 1) D per token and block against the store's three copies of (2L + k - 1) D in all)
+WINDOW_MAX = 4
 
 
 class Laurel(nn.Module):
   cfg: object
 
   @nn.compact
-  def __call__(self, store: Store, branch, norm, layer, sub):
+  def __call__(self, state, branch, norm, layer, sub):
     lc = self.cfg.laurel
-    x_BTD = store.x
+    x_BTD = state.x if isinstance(state, Store) else state[:, :, 0]
     dt, d = x_BTD.dtype, x_BTD.shape[-1]
     f_BTD = branch(norm(x_BTD))
     taps = {"u": x_BTD, "f": f_BTD}
@@ -67,32 +69,35 @@ class Laurel(nn.Module):
           jnp.linalg.norm(x32, axis=-1), 1e-12)                                        # [B, T]
     if lc.pa_k > 1:
       g_j = self.param("pa_gain", nn.initializers.zeros, (lc.pa_k - 1,))
-      # row m of the window is the input of sublayer sub - (k - 1) + m, j = k - 1 - m back: gain g_{j-1}
-      if lc.pa_k - 1 <= WINDOW_MAX:
-        win = store.window(sub, lc.pa_k - 1)
-        r_BTD = r_BTD + jnp.einsum("jbtd,j->btd", win, g_j[::-1].astype(dt))
-      else:
-        w_S = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((store.num_slots,)), g_j[::-1], sub, axis=0)
-        r_BTD = r_BTD + store.weighted_shared(w_S).astype(dt)
       taps["pa_gain"] = g_j
-      store = store.write(sub + lc.pa_k - 1, x_BTD)
+      if isinstance(state, Store):
+        # slot (k - 1) + m holds sublayer m's input: sublayer sub - j's is at slot sub + k - 1 - j, gain g_{j-1}
+        w_S = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((state.num_slots,)), g_j[::-1], sub, axis=0)
+        r_BTD = r_BTD + state.weighted_shared(w_S).astype(dt)
+        state = state.write(sub + lc.pa_k - 1, x_BTD)
+      else:
+        r_BTD = r_BTD + jnp.einsum("btjd,j->btd", state[:, :, 1:], g_j.astype(dt))
     if lc.rw:
       w = lc.rw_scale * jax.nn.softmax(self.param("rw_logits", nn.initializers.zeros, (2,)))
       new_BTD = w[0].astype(dt) * f_BTD + w[1].astype(dt) * r_BTD
       taps["rw"] = w
     else:
       new_BTD = f_BTD + r_BTD
-    return store.with_x(new_BTD), taps
+    if isinstance(state, Store):
+      return state.with_x(new_BTD), taps
+    return jnp.concatenate([new_BTD[:, :, None], state[:, :, :-1]], axis=2), taps
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
-  slots = 2 * cfg.num_layers + cfg.laurel.pa_k - 1 if cfg.laurel.pa_k > 1 else 0
-  return Store(x=x_BTD, buf=jnp.zeros((slots, b, t, d), x_BTD.dtype))
+  k = cfg.laurel.pa_k
+  if k - 1 <= WINDOW_MAX:
+    return jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, k - 1, d), x_BTD.dtype)], axis=2)
+  return Store(x=x_BTD, buf=jnp.zeros((2 * cfg.num_layers + k - 1, b, t, d), x_BTD.dtype))
 
 
-def _finish(cfg, store: Store):
-  return store.x
+def _finish(cfg, state):
+  return state.x if isinstance(state, Store) else state[:, :, 0]
 
 
 def _params(cfg) -> int:
