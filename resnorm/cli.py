@@ -24,7 +24,9 @@ def _one_line(err: Exception) -> str:
   m = re.search(r"Unknown command line flag '([^']+)'", text)
   if m:
     name = m.group(1)
-    return str(configkeys.unknown_key(name[len("config."):])) if name.startswith("config.") else f"unknown flag --{name}"
+    if name.startswith("config."):
+      return str(configkeys.unknown_key(name[len("config."):]))
+    return f"unknown flag --{name}"
   lines = [l.strip() for l in text.splitlines() if l.strip()]
   if "Traceback" in text:  # a config file raised: keep its last line (the exception itself)
     return f"--config: {lines[-1]}"
