@@ -51,6 +51,7 @@ BAD = [
     ("laurel", {"model.laurel.rank": -1}, "model.laurel.rank=-1 must be an integer in 0..model.d_model=32"),
     ("laurel", {"model.laurel.pa_k": 0}, "model.laurel.pa_k=0 must be an integer in 1..4"),
     ("value_residual", {"model.value_residual.lambda_init": 1.5}, "model.value_residual.lambda_init=1.5 must be in"),
+    ("value_residual", {"model.value_residual.lambda_init": -0.1}, "model.value_residual.lambda_init=-0.1 must be in"),
     ("value_residual", {"model.value_residual.lambda_init": float("nan")}, "lambda_init=nan must be a finite"),
 ]
 
@@ -72,6 +73,10 @@ def test_validate_names_the_field(residual, over, msg):
 def test_good_configs_pass():
   for residual in ("pre_norm", "hc", "mhc", "mix_ln", "deepnorm", "rezero"):
     configlib.validate(tiny_config(residual))
+  # the ends of a range are settings too: value residual's lambda_init 0 is the setting upcycling uses
+  for lam, learned in ((0.0, True), (0.0, False), (1.0, True)):
+    configlib.validate(tiny_config("value_residual", **{"model.value_residual.lambda_init": lam,
+                                                        "model.value_residual.learned": learned}))
 
 
 def test_batch_not_divisible_by_data_parallel_size():
@@ -127,6 +132,22 @@ def test_another_model_is_refused_naming_both_values(residual, key, val):
     configlib.check_compatible(stored, cfg, "runs/x")
 
 
+@pytest.mark.parametrize("norm,other", [("dyt", "derf"), ("derf", "dyt")])
+def test_an_elementwise_norms_settings_are_the_models_own(norm, other):
+  """DyT's and Derf's sections are compared like a variant's own settings when model.norm names them (each field
+  refused by name), and ignored when it names another norm: the other kind's settings change nothing computed."""
+  stored = _stored(tiny_config("pre_norm", **{"model.norm": norm}))
+  flip = not stored["model"][norm]["bias"]
+  for field, val in (("alpha_attn", 0.5), ("alpha_ffn", 0.25), ("alpha_final", 2.0), ("bias", flip)):
+    old = stored["model"][norm][field]
+    with pytest.raises(InputError, match=re.escape(f"model.{norm}.{field}={old!r} but the config asks for "
+                                                   f"model.{norm}.{field}={val!r}")):
+      configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.norm": norm, f"model.{norm}.{field}": val}),
+                                 "runs/x")
+    configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.norm": norm, f"model.{other}.{field}": val}),
+                               "runs/x")
+
+
 ACCEPTED = [
     ("pre_norm", {"model.dtype": "bfloat16", "model.remat": "full", "model.kernels": "reference"}),
     ("pre_norm", {"model.hc.n": 2, "model.mhc.n": 8, "model.mix_ln.post_fraction": 0.5}),  # other variants' keys
@@ -180,7 +201,8 @@ def test_mhc_lite_runs_stored_before_the_authors_mix_keep_their_own():
 TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
               "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,
               "train.eps": 1e-6, "train.weight_decay": 0.2, "train.grad_clip": 0.5, "seed": 7,
-              "data.seq_len": 32, "data.pack": False}
+              "data.seq_len": 32, "data.pack": False,
+              "data.eval_subset_every": 3}  # the subset the report's regime compares at 75% and 100% would change
 HARMLESS = {"train.log_every": 3, "train.eval_every": 5, "train.diag_every": 5, "train.ckpt_every": 5,
             "train.skip_nonfinite": True, "train.max_skipped": 9, "train.grad_accum": 2, "ckpt.keep": 5,
             "data.eval_batches": 3, "model.remat": "full", "model.kernels": "reference", "train.init_from": "/x"}
