@@ -381,9 +381,10 @@ def test_c1_c2_c10_read_from_init_diagnostics_and_gains(tmp_path, holds):
   rows = lambda key, vals: [{key: v} for v in vals]
   for s in d["seeds"]:
     k = 1.0 + 0.1 * s  # a per-seed factor, so the seeds differ
-    # C1a: Post-Norm's grad norm at the last MLP is 4^e times the first MLP's (rows[1]); log ratio e * log 4
+    # C1a: Post-Norm's grad norm at the last MLP is 4^e times the first MLP's (rows[1], not the first attention's
+    # 7 k); log ratio e * log 4
     _init_file(R, "post_norm", top, s, [{"grad_norm": g, "act_rms": 1.0}
-                                         for g in (k, k, 2.0 ** e * k, 4.0 ** e * k)][:2 * top])
+                                         for g in (7.0 * k, k, 2.0 ** e * k, 4.0 ** e * k)][:2 * top])
     for L in d["init_depths"]:
       if L != top:
         _init_file(R, "post_norm", L, s, [{"grad_norm": 1.0, "act_rms": 1.0}] * (2 * L))
