@@ -40,10 +40,10 @@ def _train_captured(cfg, path):
 
 @pytest.fixture(scope="module")
 def hc_runs(tmp_path_factory, text_corpus):
-  """hc, 6 steps, checkpoints at 3 and 6: `a` uninterrupted; `b` the same, then crashed after the step-3
-  checkpoint (step 6's checkpoint gone, a half-written metrics line) and rerun. Returns (cfg, a, b, the
-  rerun's stdout and stderr)."""
-  cfg = text_config(text_corpus, "hc")
+  """hc, 6 steps, checkpoints and diagnostics at 3 and 6 (and 0): `a` uninterrupted; `b` the same, then crashed
+  after the step-3 checkpoint (step 6's checkpoint gone, a half-written metrics line) and rerun. Returns (cfg, a,
+  b, the rerun's stdout and stderr)."""
+  cfg = text_config(text_corpus, "hc", **{"train.diag_every": 3})
   root = tmp_path_factory.mktemp("hc_runs")
   a, b = str(root / "a"), str(root / "b")
   assert trainer.train(cfg, a) == 0
@@ -69,6 +69,10 @@ def test_resume_equals_uninterrupted(hc_runs):
   assert steps == sorted(set(steps)) == list(range(1, 7))
   evals = {m["step"]: m["eval_loss"] for m in mb if "eval_loss" in m}
   assert list(evals) == [3, 6]  # every train.eval_every steps and at the end
+  # diagnostics at 0 (the init's, once: the resumed run does not log step 0 again), 3 and 6, equal to a's
+  diags = [[(d["step"], d["sublayers"]) for d in map(json.loads, open(os.path.join(p, "diagnostics.jsonl")))]
+           for p in (a, b)]
+  assert [st for st, _ in diags[1]] == [0, 3, 6] and diags[1] == diags[0]
   pa, pb = _final_params(cfg, a, 6), _final_params(cfg, b, 6)
   for x, y in zip(_leaves(pa), _leaves(pb)):
     np.testing.assert_array_equal(x, y)
