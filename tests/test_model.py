@@ -160,7 +160,8 @@ def test_gpt2_init_scales_residual_outputs_by_one_over_sqrt_2L(init, resid_std, 
   value of 0.02 / sqrt(2 * 8)), every other matrix and the embedding 0.02. Sample stds over >= 8k draws each, to 4%
   (1/sqrt(L) would give 0.0071, 1/(2L) 0.00125)."""
   cfg = tiny_config("pre_norm", 8, **{"model.init": init})
-  params = flax.linen.unbox(LM(configlib.model_config(cfg)).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+  init = jax.jit(LM(configlib.model_config(cfg)).init)
+  params = flax.linen.unbox(init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
   p = params["params"]
   stds = {"o": p["blocks"]["attn"]["o"], "wo": p["blocks"]["mlp"]["wo"], "q": p["blocks"]["attn"]["q"],
           "v": p["blocks"]["attn"]["v"], "wi": p["blocks"]["mlp"]["wi"], "embed": p["embed"], "head": p["head"]}
