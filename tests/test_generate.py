@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import apply_fn, init_and_apply, tiny_config
+from conftest import apply_fn, init_and_apply, init_params, tiny_config
 from resnorm.evaluation import generate
 from resnorm.model import residual
 from resnorm.core.errors import InputError
@@ -34,7 +34,7 @@ def _incremental_logits(mcfg, params, tokens, prefill: int):
 def test_prefill_then_decode_equals_full_forward(name):
   pos = "learned" if name in ("pre_norm", "hc") else "rope"  # both position schemes, on a single and a multi-stream
   cfg = tiny_config(name, 4 if name == "mix_ln" else 2, **{"model.pos": pos})  # mix_ln: both segments
-  mcfg, params, tokens, _ = init_and_apply(cfg, t=12)
+  mcfg, params, tokens = init_params(cfg, t=12)
   params = _perturbed(params)
   full = apply_fn(mcfg)(params, tokens)
   inc = _incremental_logits(mcfg, params, tokens, prefill=5)
