@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, tiny_config
+from conftest import init_params, tiny_config
 from resnorm.config import configlib
 from resnorm.model import diagnostics
 from resnorm.step import step
@@ -19,7 +19,7 @@ def _batch(b=2, t=16):
 @pytest.fixture(scope="module", params=["pre_norm", "hc"])
 def diag(request):
   cfg = tiny_config(request.param, 3)
-  mcfg, params, _, _ = init_and_apply(cfg)
+  mcfg, params, _ = init_params(cfg)
   batch = _batch()
   out = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))
   from resnorm.model.model import LM
@@ -228,7 +228,7 @@ def test_an_elementwise_norms_alpha_is_reported_per_sublayer(norm):
   """DyT and Derf runs report each sublayer's own norm alpha as `<norm>_alpha`, in depth order (attention, MLP, per
   layer), read back from params set to distinct values; other norms report none."""
   cfg = tiny_config("pre_norm", 2, **{"model.norm": norm})
-  mcfg, params, _, _ = init_and_apply(cfg)
+  mcfg, params, _ = init_params(cfg)
   params = flax.core.unfreeze(params)
   want = {"attn_norm": [0.3, 0.7], "mlp_norm": [1.1, 1.9]}  # [layer 0, layer 1]
   for name, vals in want.items():

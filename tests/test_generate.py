@@ -52,7 +52,7 @@ def test_decode_in_bfloat16_with_float32_norm_statistics():
 
 def test_greedy_is_deterministic_and_sampling_reproducible_with_a_seed():
   cfg = tiny_config("mhc", 2)
-  mcfg, params, _, _ = init_and_apply(cfg)
+  mcfg, params, _ = init_params(cfg)
   prompt = generate.encode("def f(")
   runs = [generate.generate(mcfg, params, prompt, 6, temperature=0.0) for _ in range(2)]
   assert runs[0] == runs[1] and len(runs[0][0]) <= 6
