@@ -6,6 +6,7 @@ import re
 from absl import flags, logging
 from ml_collections import config_flags
 
+from resnorm.config import configkeys
 from resnorm.scale import startup
 from resnorm.core.errors import HELP_FLAGS, InputError, cli_main
 
@@ -23,7 +24,9 @@ def _one_line(err: Exception) -> str:
   m = re.search(r"Unknown command line flag '([^']+)'", text)
   if m:
     name = m.group(1)
-    return f"unknown config key {name[len('config.'):]!r}" if name.startswith("config.") else f"unknown flag --{name}"
+    if name.startswith("config."):
+      return str(configkeys.unknown_key(name[len("config."):]))
+    return f"unknown flag --{name}"
   lines = [l.strip() for l in text.splitlines() if l.strip()]
   if "Traceback" in text:  # a config file raised: keep its last line (the exception itself)
     return f"--config: {lines[-1]}"
@@ -53,10 +56,13 @@ def parse(argv):
   except flags.Error as e:
     raise InputError(_one_line(e)) from None
   except (KeyError, AttributeError) as e:  # an override naming a key the config does not have
-    key = str(e.args[0]).strip("'\"") if e.args else ""
+    # ml_collections' own message holds quoted reprs, a newline and only the last part of the key: named here from
+    # the overrides, checked against configs/base.py, in one line
     names = [a.split("=")[0][len("--config."):] for a in argv if a.startswith("--config.")]
-    name = next((n for n in names if key in n.split(".")), key)
-    raise InputError(f"unknown config key {name!r}") from None
+    name = configkeys.first_unknown_override(names)
+    if name is None:
+      raise InputError(f"--config: {str(e.args[0] if e.args else e).splitlines()[0]}") from None
+    raise configkeys.unknown_key(name) from None
   except Exception as e:  # config_flags raises plain errors for unreadable config files
     raise InputError(_one_line(e)) from None
   logging.set_verbosity(logging.WARNING)

@@ -123,14 +123,21 @@ def text_config(path, residual="pre_norm", num_layers=2, **over):
   return tiny_config(residual, num_layers, **{"data.name": "text_files", "data.paths": path, **over})
 
 
-def init_and_apply(cfg, seed=0, batch=2, t=16):
-  """(mcfg, params, tokens, logits) with jitted init and apply; params unboxed."""
+def init_params(cfg, seed=0, batch=2, t=16):
+  """(mcfg, params, tokens) with a jitted init; params unboxed. For a test that computes its own forward (no
+  forward compiled here that it would not use)."""
   import flax
   from resnorm.config import configlib
   from resnorm.model.model import LM
   mcfg = configlib.model_config(cfg)
   tokens = jax.random.randint(jax.random.key(seed + 1), (batch, t), 0, 256)
   params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(seed), tokens)["params"])
+  return mcfg, params, tokens
+
+
+def init_and_apply(cfg, seed=0, batch=2, t=16):
+  """(mcfg, params, tokens, logits) with jitted init and apply; params unboxed."""
+  mcfg, params, tokens = init_params(cfg, seed, batch, t)
   return mcfg, params, tokens, apply_fn(mcfg)(params, tokens)
 
 

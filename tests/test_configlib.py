@@ -51,6 +51,7 @@ BAD = [
     ("laurel", {"model.laurel.rank": -1}, "model.laurel.rank=-1 must be an integer in 0..model.d_model=32"),
     ("laurel", {"model.laurel.pa_k": 0}, "model.laurel.pa_k=0 must be an integer in 1..4"),
     ("value_residual", {"model.value_residual.lambda_init": 1.5}, "model.value_residual.lambda_init=1.5 must be in"),
+    ("value_residual", {"model.value_residual.lambda_init": -0.1}, "model.value_residual.lambda_init=-0.1 must be in"),
     ("value_residual", {"model.value_residual.lambda_init": float("nan")}, "lambda_init=nan must be a finite"),
 ]
 
@@ -72,6 +73,10 @@ def test_validate_names_the_field(residual, over, msg):
 def test_good_configs_pass():
   for residual in ("pre_norm", "hc", "mhc", "mix_ln", "deepnorm", "rezero"):
     configlib.validate(tiny_config(residual))
+  # the ends of a range are settings too: value residual's lambda_init 0 is the setting upcycling uses
+  for lam, learned in ((0.0, True), (0.0, False), (1.0, True)):
+    configlib.validate(tiny_config("value_residual", **{"model.value_residual.lambda_init": lam,
+                                                        "model.value_residual.learned": learned}))
 
 
 def test_batch_not_divisible_by_data_parallel_size():
@@ -127,6 +132,22 @@ def test_another_model_is_refused_naming_both_values(residual, key, val):
     configlib.check_compatible(stored, cfg, "runs/x")
 
 
+@pytest.mark.parametrize("norm,other", [("dyt", "derf"), ("derf", "dyt")])
+def test_an_elementwise_norms_settings_are_the_models_own(norm, other):
+  """DyT's and Derf's sections are compared like a variant's own settings when model.norm names them (each field
+  refused by name), and ignored when it names another norm: the other kind's settings change nothing computed."""
+  stored = _stored(tiny_config("pre_norm", **{"model.norm": norm}))
+  flip = not stored["model"][norm]["bias"]
+  for field, val in (("alpha_attn", 0.5), ("alpha_ffn", 0.25), ("alpha_final", 2.0), ("bias", flip)):
+    old = stored["model"][norm][field]
+    with pytest.raises(InputError, match=re.escape(f"model.{norm}.{field}={old!r} but the config asks for "
+                                                   f"model.{norm}.{field}={val!r}")):
+      configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.norm": norm, f"model.{norm}.{field}": val}),
+                                 "runs/x")
+    configlib.check_compatible(stored, tiny_config("pre_norm", **{"model.norm": norm, f"model.{other}.{field}": val}),
+                               "runs/x")
+
+
 ACCEPTED = [
     ("pre_norm", {"model.dtype": "bfloat16", "model.remat": "full", "model.kernels": "reference"}),
     ("pre_norm", {"model.hc.n": 2, "model.mhc.n": 8, "model.mix_ln.post_fraction": 0.5}),  # other variants' keys
@@ -180,7 +201,8 @@ def test_mhc_lite_runs_stored_before_the_authors_mix_keep_their_own():
 TRAJECTORY = {"model.dtype": "bfloat16", "train.batch_size": 8, "train.lr": 2e-3, "train.warmup_steps": 3,
               "train.schedule": "linear", "train.min_lr_ratio": 0.5, "train.b1": 0.8, "train.b2": 0.9,
               "train.eps": 1e-6, "train.weight_decay": 0.2, "train.grad_clip": 0.5, "seed": 7,
-              "data.seq_len": 32, "data.pack": False}
+              "data.seq_len": 32, "data.pack": False,
+              "data.eval_subset_every": 3}  # the subset the report's regime compares at 75% and 100% would change
 HARMLESS = {"train.log_every": 3, "train.eval_every": 5, "train.diag_every": 5, "train.ckpt_every": 5,
             "train.skip_nonfinite": True, "train.max_skipped": 9, "train.grad_accum": 2, "ckpt.keep": 5,
             "data.eval_batches": 3, "model.remat": "full", "model.kernels": "reference", "train.init_from": "/x"}
@@ -221,8 +243,49 @@ def test_a_key_base_does_not_define_is_refused_naming_it(key, val):
     key = "model.hybridnorm"
   else:
     _with(cfg, key, val)
-  with pytest.raises(InputError, match=rf"^unknown config key '{re.escape(key)}': configs/base.py does not define"):
+  with pytest.raises(InputError, match=rf"^unknown config key {re.escape(key)}( \(did you mean [\w.]+\?\))?$"):
     configlib.validate(cfg)
+
+
+# A near miss (one part of the path a typo away from a key base.py defines) and far misses, by each way a key
+# arrives: a sweep override (load_points, preflight) and a --config override (cli.parse names the first override
+# base.py lacks) name the whole key; a config built in code or by a file (validate) names the first unknown key of
+# its tree, a misspelt section itself. One line each, dotted, no quotes. (key, value, override's line, validate's)
+NEAR = " (did you mean model.attn_res.num_blocks?)"
+MISSES = [("model.attn_res.num_block", 2, NEAR, NEAR),
+          ("model.attn_rs.num_blocks", 2, NEAR, " (did you mean model.attn_res?)"),
+          ("train.lr_decay", 0.5, "", ""),
+          ("model.attn_res.zzzz", 2, "", "")]
+
+
+@pytest.mark.parametrize("key,val,hint,hint_validate", MISSES, ids=[m[0] for m in MISSES])
+def test_a_near_miss_names_the_key_it_misspells_in_one_line(tmp_path, key, val, hint, hint_validate):
+  import ml_collections
+  from resnorm.config import configkeys
+  from resnorm.sweep import preflight, sweep
+  want = f"unknown config key {key}{hint}"
+  assert "\n" not in want and "'" not in want
+  cfg = tiny_config("attn_res")
+  *parents, last = key.split(".")
+  node, first = cfg, None
+  for part in parents:
+    if part not in node:
+      node[part] = ml_collections.ConfigDict()
+      first = first or key[:key.index(part) + len(part)]
+    node = node[part]
+  node[last] = val
+  with pytest.raises(InputError) as e:
+    configlib.validate(cfg)
+  assert str(e.value) == f"unknown config key {first or key}{hint_validate}"
+  bad = tmp_path / "bad.py"
+  bad.write_text(f"def sweep(add):\n  add(config='configs/tiny.py', **{{'{key}': {val!r}}})\n")
+  with pytest.raises(InputError) as e:
+    sweep.load_points(str(bad))
+  assert str(e.value) == f"{bad}: {want}"
+  with pytest.raises(InputError) as e:
+    preflight.point_config({"config": "configs/tiny.py", "overrides": {key: val}}, ROOT)
+  assert str(e.value) == want
+  assert configkeys.first_unknown_override(["train.lr", key, "model.nope"]) == key
 
 
 def test_a_section_set_to_a_value_is_refused():
@@ -254,7 +317,7 @@ def test_sweep_files_load_and_an_unknown_override_is_refused(tmp_path, monkeypat
   bad = tmp_path / "bad.py"
   bad.write_text("def sweep(add):\n  add(config='configs/tiny.py', **{'train.lr': 1e-3})\n"
                  "  add(config='configs/tiny.py', **{'model.mhc.sym_break': 'onehot'})\n")
-  with pytest.raises(InputError, match=r"bad.py: unknown config key 'model.mhc.sym_break'"):
+  with pytest.raises(InputError, match=r"bad.py: unknown config key model.mhc.sym_break$"):
     sweep.load_points(str(bad))
   bad.write_text("def sweep(add):\n  add(config='configs/tiny.py', **{'model.hc': 2})\n")
   with pytest.raises(InputError, match=r"config key 'model.hc' is a section"):
@@ -273,5 +336,5 @@ def test_a_stored_config_keeps_unknown_keys_for_validate_but_drops_retired_runti
   assert "attention" not in cfg.model
   configlib.validate(cfg)
   stored["model"]["mhc"]["sym_break"] = "onehot"  # a retired setting that changed the model: refused
-  with pytest.raises(InputError, match="unknown config key 'model.mhc.sym_break'"):
+  with pytest.raises(InputError, match="^unknown config key model.mhc.sym_break$"):
     configlib.validate(configlib.from_json(stored))

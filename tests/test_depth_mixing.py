@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, tiny_config
+from conftest import init_params, tiny_config
 from resnorm.model import depth_mixing
 from resnorm.model.model import LM
 
@@ -13,7 +13,7 @@ L = 3
 
 
 def _mixing(cfg, params=None):
-  mcfg, p0, tokens, _ = init_and_apply(cfg, batch=2, t=16)
+  mcfg, p0, tokens = init_params(cfg, batch=2, t=16)
   params = p0 if params is None else params(p0)
   _, taps = jax.jit(lambda p, x: LM(mcfg, collect=True).apply({"params": p}, x))(params, tokens)
   mom = jax.device_get(jax.jit(depth_mixing.moments)(taps["embed"], taps["u"], taps["f"]))

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, tiny_config
+from conftest import init_params, tiny_config
 from resnorm.config import configlib
 from resnorm.model import diagnostics
 from resnorm.step import step
@@ -19,7 +19,7 @@ def _batch(b=2, t=16):
 @pytest.fixture(scope="module", params=["pre_norm", "hc"])
 def diag(request):
   cfg = tiny_config(request.param, 3)
-  mcfg, params, _, _ = init_and_apply(cfg)
+  mcfg, params, _ = init_params(cfg)
   batch = _batch()
   out = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))
   from resnorm.model.model import LM
@@ -204,3 +204,36 @@ def test_stream_spread_formula():
   mean = h.mean(2)
   ref = np.mean(np.linalg.norm(h - mean[:, :, None], axis=-1), axis=-1) / np.linalg.norm(mean, axis=-1)
   np.testing.assert_allclose(stream_spread(jnp.asarray(h, jnp.float32)), ref, rtol=1e-5)
+
+
+def test_depth_mixing_fits_the_sublayer_inputs_on_the_sources(diag):
+  """The report's depth-mixing matrix and R^2 are the float64 least-squares fit of each sublayer's input u_l (the `u`
+  tap) on the embedding and the earlier sublayers' outputs (`f`), each in its role: inputs and outputs swapped,
+  the fit would regress outputs on inputs."""
+  cfg, _, _, _, out, taps = diag
+  res = diagnostics.summarize(cfg, out, full=False)
+  src = np.concatenate([np.asarray(taps["embed"])[None], np.asarray(taps["f"])], 0).astype(np.float64)
+  u = np.asarray(taps["u"], np.float64)
+  m = np.array(res["depth_mixing"])
+  for l in range(u.shape[0]):
+    a = src[: l + 1].reshape(l + 1, -1).T
+    coef, *_ = np.linalg.lstsq(a, u[l].reshape(-1), rcond=None)
+    np.testing.assert_allclose(m[l, : l + 1], coef, atol=2e-3)
+    resid = u[l].reshape(-1) - a @ coef
+    assert res["sublayers"][l]["mixing_r2"] == pytest.approx(1 - resid @ resid / (u[l] ** 2).sum(), abs=1e-4)
+
+
+@pytest.mark.parametrize("norm", ["dyt", "derf"])
+def test_an_elementwise_norms_alpha_is_reported_per_sublayer(norm):
+  """DyT and Derf runs report each sublayer's own norm alpha as `<norm>_alpha`, in depth order (attention, MLP, per
+  layer), read back from params set to distinct values; other norms report none."""
+  cfg = tiny_config("pre_norm", 2, **{"model.norm": norm})
+  mcfg, params, _ = init_params(cfg)
+  params = flax.core.unfreeze(params)
+  want = {"attn_norm": [0.3, 0.7], "mlp_norm": [1.1, 1.9]}  # [layer 0, layer 1]
+  for name, vals in want.items():
+    params["blocks"][name]["alpha"] = jnp.asarray(vals, jnp.float32)
+  rows = diagnostics.summarize(cfg, jax.device_get(step.make_diag_fn(cfg, mcfg)(params, _batch())), False)["sublayers"]
+  assert [r.get(f"{norm}_alpha") for r in rows] == pytest.approx([0.3, 1.1, 0.7, 1.9])
+  other = "derf" if norm == "dyt" else "dyt"
+  assert all(f"{other}_alpha" not in r for r in rows)

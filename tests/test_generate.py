@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import apply_fn, init_and_apply, tiny_config
+from conftest import apply_fn, init_and_apply, init_params, tiny_config
 from resnorm.evaluation import generate
 from resnorm.model import residual
 from resnorm.core.errors import InputError
@@ -34,7 +34,7 @@ def _incremental_logits(mcfg, params, tokens, prefill: int):
 def test_prefill_then_decode_equals_full_forward(name):
   pos = "learned" if name in ("pre_norm", "hc") else "rope"  # both position schemes, on a single and a multi-stream
   cfg = tiny_config(name, 4 if name == "mix_ln" else 2, **{"model.pos": pos})  # mix_ln: both segments
-  mcfg, params, tokens, _ = init_and_apply(cfg, t=12)
+  mcfg, params, tokens = init_params(cfg, t=12)
   params = _perturbed(params)
   full = apply_fn(mcfg)(params, tokens)
   inc = _incremental_logits(mcfg, params, tokens, prefill=5)
@@ -52,7 +52,7 @@ def test_decode_in_bfloat16_with_float32_norm_statistics():
 
 def test_greedy_is_deterministic_and_sampling_reproducible_with_a_seed():
   cfg = tiny_config("mhc", 2)
-  mcfg, params, _, _ = init_and_apply(cfg)
+  mcfg, params, _ = init_params(cfg)
   prompt = generate.encode("def f(")
   runs = [generate.generate(mcfg, params, prompt, 6, temperature=0.0) for _ in range(2)]
   assert runs[0] == runs[1] and len(runs[0][0]) <= 6

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, tiny_config
+from conftest import init_params, tiny_config
 from resnorm.config import configlib
 from resnorm.model import kernels
 from resnorm.model.kernels import reference, xla_cpu
@@ -109,7 +109,7 @@ def test_auto_picks_xla_cpu_on_cpu():
 @pytest.mark.parametrize("name", ["hc", "mhc"])
 def test_model_same_function_under_both_kernel_sets(name):
   cfg = tiny_config(name, 2, **{"model.kernels": "xla_cpu"})
-  mcfg, params, tokens, _ = init_and_apply(cfg)
+  mcfg, params, tokens = init_params(cfg)
   ref = configlib.model_config(tiny_config(name, 2, **{"model.kernels": "reference"}))
 
   def loss(m):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import apply_fn, init_and_apply, tiny_config
+from conftest import apply_fn, init_and_apply, init_params, tiny_config
 from resnorm.config import configlib
 from resnorm.model import residual
 from resnorm.model.model import LM
@@ -14,8 +14,7 @@ VARIANTS = sorted({v.name for v in residual.REGISTRY.values()})
 
 
 def _init(cfg, seed=0, t=16):
-  mcfg, params, tokens, _ = init_and_apply(cfg, seed, t=t)
-  return mcfg, params, tokens
+  return init_params(cfg, seed, t=t)
 
 
 def _logits(mcfg, params, tokens):
@@ -24,8 +23,7 @@ def _logits(mcfg, params, tokens):
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_forward_shapes_and_causality(name):
-  mcfg, params, tokens = _init(tiny_config(name, 3))
-  logits = _logits(mcfg, params, tokens)
+  mcfg, params, tokens, logits = init_and_apply(tiny_config(name, 3))  # its forward: one trace, not two
   assert logits.shape == (2, 16, mcfg.vocab_size) and logits.dtype == jnp.float32
   assert bool(jnp.all(jnp.isfinite(logits)))
   changed = tokens.at[:, 9].set((tokens[:, 9] + 1) % 256)
@@ -160,7 +158,8 @@ def test_gpt2_init_scales_residual_outputs_by_one_over_sqrt_2L(init, resid_std, 
   value of 0.02 / sqrt(2 * 8)), every other matrix and the embedding 0.02. Sample stds over >= 8k draws each, to 4%
   (1/sqrt(L) would give 0.0071, 1/(2L) 0.00125)."""
   cfg = tiny_config("pre_norm", 8, **{"model.init": init})
-  params = flax.linen.unbox(LM(configlib.model_config(cfg)).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
+  init = jax.jit(LM(configlib.model_config(cfg)).init)
+  params = flax.linen.unbox(init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32)))
   p = params["params"]
   stds = {"o": p["blocks"]["attn"]["o"], "wo": p["blocks"]["mlp"]["wo"], "q": p["blocks"]["attn"]["q"],
           "v": p["blocks"]["attn"]["v"], "wi": p["blocks"]["mlp"]["wi"], "embed": p["embed"], "head": p["head"]}

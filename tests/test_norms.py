@@ -112,7 +112,7 @@ def test_dyt_alpha_init_follows_the_side_of_each_norm():
   cases = {"pre_norm": {}, "hybrid_norm": {"model.hybrid_norm.first_pre_norm": True}, "hc": {"model.hc.n": 2}}
   for name, extra in cases.items():
     mcfg = configlib.model_config(tiny_config(name, 2, **over, **extra))
-    params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+    params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
     alphas = {"/".join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(params).items()
               if k[-1] == "alpha"}
     assert alphas, name
@@ -157,7 +157,7 @@ def test_derf_inits_follow_the_side_of_each_norm_and_nothing_of_it_is_decayed():
           "model.derf.alpha_final": 0.3, "model.derf.shift": 0.1}
   cfg = tiny_config("hybrid_norm", 2, **over, **{"model.hybrid_norm.first_pre_norm": True})
   mcfg = configlib.model_config(cfg)
-  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+  params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
   flat = {"/".join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(params).items()}
   alphas = {k: v for k, v in flat.items() if k.endswith("/alpha")}
   assert alphas and any("q_norm" in k for k in alphas)
@@ -172,7 +172,7 @@ def test_derf_inits_follow_the_side_of_each_norm_and_nothing_of_it_is_decayed():
   assert not any(v for k, v in mask.items() if "norm" in "/".join(k)), [k for k, v in mask.items() if v]
   configlib.validate(tiny_config("pre_norm", **{"model.norm": "derf", "model.derf.bias": False}))
   mcfg = configlib.model_config(tiny_config("pre_norm", 2, **{"model.norm": "derf", "model.derf.bias": False}))
-  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
+  params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"])
   assert not any(k[-1] == "bias" for k in flax.traverse_util.flatten_dict(params) if "norm" in "/".join(k))
 
 

@@ -106,6 +106,30 @@ def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
   assert grid.run_name(r, s, c) not in added and len(added) == len(grid.points(d)) - 2
 
 
+def test_a_record_reads_the_same_numbers_as_its_run(tmp_path):
+  """A run whose evals score the full set and the subset differently, and its record: Runs reads the same loss from
+  both at every fraction, on either set (the subset's loss included, which the regime compares), and the same
+  diagnostics rows."""
+  from resnorm.results import runs
+  from test_runs import EVALS, R100, design, write_run
+  corpus = "shakespeare"
+  path = write_run(tmp_path / "runs", R100, 0, corpus=corpus)
+  recs = tmp_path / "records"
+  d = design()
+  from_runs, from_recs = runs.Runs(str(tmp_path / "runs"), d, corpus), runs.Runs("", d, corpus, str(recs))
+  records.write(from_recs.record_path(grid.run_name(R100, 0, corpus)),
+                records.from_workdir(path, R100, corpus, 0, "f" * 16))
+  for frac in (0.25, 0.5, 0.75, 1.0):
+    for subset in (False, True):
+      with from_runs.at(frac, subset), from_recs.at(frac, subset):
+        want = from_runs.loss(R100, 0)
+        assert from_recs.loss(R100, 0) == want, (frac, subset)
+        assert from_recs.last(R100, 0) == from_runs.last(R100, 0), frac
+  with from_recs.at(1.0, subset=True):
+    assert from_recs.loss(R100, 0) == EVALS[100][1]  # the subset's, which differs from the full set's here
+  assert from_recs.run(R100, 0)["first"] == from_runs.run(R100, 0)["first"]
+
+
 def test_fingerprint_follows_the_code_that_decides_a_run(tmp_path):
   for p in ("resnorm/model", "resnorm/results", "configs"):
     shutil.copytree(os.path.join(ROOT, p), tmp_path / p, ignore=shutil.ignore_patterns("__pycache__"))

@@ -151,7 +151,7 @@ def _case(name, cid):
   mcfg = configlib.model_config(tiny_config(name, layers, **{k: v for k, v in over.items() if k[0] != "_"}))
   rng = np.random.default_rng(zlib.crc32(f"{name}-{cid}".encode()))
   batch = _batch(rng)
-  params = flax.linen.unbox(LM(mcfg).init(jax.random.key(0), batch["inputs"][:1])["params"])
+  params = flax.linen.unbox(jax.jit(LM(mcfg).init)(jax.random.key(0), batch["inputs"][:1])["params"])
   params = _perturb(jax.device_get(params), mcfg.d_model, rng, shrink, redraw)
   loss_fn = step.make_loss_fn(mcfg)
 
@@ -253,7 +253,7 @@ def test_admin_profiled_omegas_match_the_reference_pass_and_are_deterministic():
   init = jax.jit(lambda r: flax.linen.unbox(step.init_state(cfg, mcfg, tx, r, 16))["params"])
   params = jax.device_get(init(jax.random.key(3)))
   p_rng = jax.random.split(jax.random.key(3))[0]  # init_state's params key
-  base = jax.device_get(flax.linen.unbox(LM(mcfg).init(p_rng, np.zeros((1, 16), np.int32))["params"]))
+  base = jax.device_get(flax.linen.unbox(jax.jit(LM(mcfg).init)(p_rng, np.zeros((1, 16), np.int32))["params"]))
   tokens = np.asarray(admin.profile_tokens(p_rng, 2, 16))
   want = np_reference_placements.admin_profile(jax.tree.map(lambda a: np.asarray(a, np.float64), base), mcfg, tokens)
   got = np.stack([params["blocks"]["attn_res"]["omega"][:, 0], params["blocks"]["mlp_res"]["omega"][:, 0]], 1)

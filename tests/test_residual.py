@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, param_shapes, tiny_config
+from conftest import init_and_apply, init_params, param_shapes, tiny_config
 from resnorm.config import configlib
 from resnorm.model import flops, residual
 from resnorm.step import optim, step
@@ -86,7 +86,7 @@ def test_mhc_uniform_init_equals_pre_norm_without_input_term_and_is_close_with_r
 def test_mhc_identity_init_reads_one_stream_and_keeps_the_others():
   """H_res near I (mean diagonal >= 0.9 at n = 4) and H_pre one-hot-like, sublayer k reading stream k mod n."""
   cfg = tiny_config("mhc", 2)
-  _, params, tokens, _ = init_and_apply(cfg)
+  _, params, tokens = init_params(cfg)
   out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
       params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
   mix = np.asarray(out["mixing"])                                    # [S, n, n] token-averaged H_res

@@ -63,3 +63,23 @@ def test_each_resample_is_normalized_by_its_own_count():
   assert abs(se / delta - 1) < 0.1, (se, delta)
   wrong = np.std(sums[rng.integers(0, n, (500, n))].sum(1) / counts.sum(), ddof=1)
   assert abs(wrong / delta - 1) > 0.5
+
+
+def test_the_default_block_is_the_cube_root_of_the_scored_rows():
+  """60 scored rows of one document and 65 PAD rows: blocks of round(60^(1/3)) = 4 rows (not 3, truncated; not 5,
+  counting the PAD rows; not sqrt(60)'s 8), in order, each summed by hand; two documents of 30 rows: blocks of 4
+  restart at the boundary, 8 a document."""
+  rng = np.random.default_rng(3)
+  counts = rng.integers(1, 65, 60).astype(float)
+  sums = counts * rng.uniform(1.0, 4.0, 60)
+  pad = np.zeros(65)
+  b_sums, b_counts = stats.block_sums(np.r_[sums, pad], np.r_[counts, pad])
+  np.testing.assert_allclose(b_sums, sums.reshape(15, 4).sum(1))
+  np.testing.assert_allclose(b_counts, counts.reshape(15, 4).sum(1))
+  docs = np.repeat([0, 1], 30)
+  b_sums, _ = stats.block_sums(sums, counts, docs)
+  want = [sums[d * 30:(d + 1) * 30][i:i + 4].sum() for d in (0, 1) for i in range(0, 30, 4)]
+  np.testing.assert_allclose(b_sums, want)
+  # bootstrap_se uses the same default: equal to passing block=4, not to block=3
+  assert stats.bootstrap_se(sums, counts, resamples=200) == stats.bootstrap_se(sums, counts, block=4, resamples=200)
+  assert stats.bootstrap_se(sums, counts, resamples=200) != stats.bootstrap_se(sums, counts, block=3, resamples=200)

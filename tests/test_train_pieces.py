@@ -122,6 +122,52 @@ def test_prepare_workdir_checks_before_writing(tmp_path, text_corpus):
   run_files.prepare_workdir(done, changed, allow_config_change=True).close()
 
 
+def test_a_resume_keeps_the_config_changes_before_the_restored_step(tmp_path):
+  """config_changes.jsonl of a run resumed from step 4 once (b) and from step 6 (c): a new resume from step 4 keeps
+  a (step 2), drops c (step 6 is recomputed) and b (this resume computes the change from step 4 against that
+  checkpoint's config again: d), so no change is recorded twice or for steps that were redone without it."""
+  rows = [{"step": st, "field": f, "old": 1, "new": 2, "kind": "harmless"} for st, f in ((2, "a"), (4, "b"), (6, "c"))]
+  path = tmp_path / "config_changes.jsonl"
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  files = run_files.RunFiles(str(tmp_path), _cfg(tmp_path), lead=True)
+  new = {"field": "d", "old": 3, "new": 4, "kind": "harmless"}
+  files.open(4, [new])
+  files.close()
+  assert wd.read_jsonl(str(path)) == [rows[0], {"step": 4, **new}]
+  files.open(6, [])  # no change: the lines before the step stay as they are
+  files.close()
+  assert wd.read_jsonl(str(path)) == [rows[0], {"step": 4, **new}]
+
+
+class _Checkpoints:
+  """A checkpoint directory's steps and the config each stored (None: none stored)."""
+
+  def __init__(self, configs):
+    self.configs = configs
+
+  def __call__(self, directory, keep):
+    return self
+
+  def steps(self):
+    return sorted(self.configs)
+
+  def config(self, step):
+    return self.configs[step]
+
+
+def test_the_trajectory_check_reads_the_newest_stored_config(tmp_path, monkeypatch):
+  """Checkpoints at 2 (trained at lr 1e-3), 4 (resumed at lr 2e-3, allowed) and 6 (no stored config): a resume at
+  lr 2e-3 is the newest checkpoint's trajectory (accepted), one at lr 1e-3 changes it (refused naming step 4)."""
+  from resnorm.config import configlib
+  from resnorm.io import ckpt
+  lr1, lr2 = (_cfg(tmp_path, **{"train.lr": lr}) for lr in (1e-3, 2e-3))
+  monkeypatch.setattr(ckpt, "Checkpointer", _Checkpoints({2: configlib.to_json(lr1), 4: configlib.to_json(lr2),
+                                                          6: None}))
+  run_files.prepare_workdir(str(tmp_path / "w"), lr2)
+  with pytest.raises(InputError, match=r"resuming at step 4 with train\.lr=0\.002 -> 0\.001 would change"):
+    run_files.prepare_workdir(str(tmp_path / "w"), lr1)
+
+
 def test_publish_flushes_every_log(tmp_path, monkeypatch):
   calls = []
   monkeypatch.setattr(wd.JsonlLog, "flush", lambda self: calls.append(os.path.basename(self.path)))

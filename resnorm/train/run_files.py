@@ -54,10 +54,12 @@ class RunFiles:
       wd.write_json(storage.join(self.workdir, "config.json"), configlib.to_json(self.cfg))
       wd.remove_log(changes_path)  # left by an attempt that never checkpointed: config.json is the start again
       return
-    # config.json stays the config the run started with; config_changes.jsonl says what changed from which step
-    # (lines past the restored step are dropped like the metrics': those steps are recomputed)
+    # config.json stays the config the run started with; config_changes.jsonl says what changed from which step.
+    # Lines from the restored step on are dropped: those steps are recomputed, and a change from this step is the
+    # one this resume computes against the restored checkpoint's config (an earlier resume at the same step wrote
+    # it too, or a change that no longer applies)
     if changes or wd.read_jsonl(changes_path):
-      log = wd.JsonlLog(changes_path, resume_step)
+      log = wd.JsonlLog(changes_path, resume_step - 1)
       for c in changes:
         log.write({"step": resume_step, **c})
         print(f"config change from step {resume_step}: {c['field']} {c['old']!r} -> {c['new']!r}", flush=True)
