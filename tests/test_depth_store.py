@@ -1,6 +1,8 @@
 """The depth store (resnorm.model.depth_store): the placements that read earlier outputs equal their carry form
 (tests/carry_placements.py) in logits and gradients, the store's reads equal autodiff, and the backward keeps the
 store once (the compiled train step's temporaries grow linearly in depth, where the carry's grow quadratically)."""
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,6 +35,7 @@ def _perturbed(params, seed=3):
 @pytest.mark.parametrize("name,over", [
     ("attn_res", {}), ("attn_res_block", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3}),
     ("denseformer", {}), ("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}),
+    ("denseformer", {"model.remat": "full", "model.denseformer.dilation": 2}),
     ("mudd", {}), ("laurel", {}), ("laurel", {"model.laurel.pa_k": 6}), ("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}), ("laurel", {"model.laurel.rw": False})])
 def test_store_equals_carry(name, over):
   cfg = tiny_config(name, 3, **over)
@@ -49,11 +52,11 @@ def test_store_equals_carry(name, over):
     np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6, err_msg=jax.tree_util.keystr(path))
 
 
-def _temp_bytes(name, num_layers, carry=False):
+def _temp_bytes(name, num_layers, carry=False, remat="none"):
   """Temporary bytes of the compiled gradient (XLA's own memory analysis) at d 32, 16 x 32 tokens: activations
   dominate the params, so a store kept once per block shows as growth in depth."""
   import flax
-  over = {"model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2, "model.attn_res.num_blocks": num_layers,
+  over = {"model.remat": remat, "model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2, "model.attn_res.num_blocks": num_layers,
           "model.laurel.pa_k": 2 * num_layers}
   cfg = tiny_config(name, num_layers, **over)
   if carry:
@@ -81,6 +84,17 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
   assert growth(False) <= 2.3
   with carry_variants():
     assert growth(True) > 2.5
+
+
+def test_denseformer_recomputes_its_stream_from_the_store(monkeypatch):
+  """Under whole-block remat a DenseFormer block keeps nothing of its own besides the store: its input Y_l is a
+  read of the store, which the backward recomputes (x_from_store). Kept instead, it is L B T D more floats."""
+  from resnorm.model.residual import base
+  recomputed = _temp_bytes("denseformer", 8, remat="full")
+  monkeypatch.setitem(base.REGISTRY, "denseformer", dataclasses.replace(base.REGISTRY["denseformer"],
+                                                                      x_from_store=None))
+  kept = _temp_bytes("denseformer", 8, remat="full")
+  assert kept - recomputed >= 0.9 * 8 * 16 * 32 * 32 * 4
 
 
 def _store(seed=0, s=5, fresh=((3, 1.5),)):

@@ -158,10 +158,14 @@ class Store:
     return v
 
 
-def layer_scan(body, params, store: Store, xs, consts):
+def layer_scan(body, params, store: Store, xs, consts, x_of=None):
   """(store, ys) of `for l: store, y_l = body(params[l], store, xs[l], consts)` over the leading axis of params
   and xs, with the backward described in the module docstring. `body` must flush its writes (fresh is empty on
-  entry and exit). `consts` are broadcast to every block and get no gradient (keys, positions)."""
+  entry and exit). `consts` are broadcast to every block and get no gradient (keys, positions).
+
+  `x_of(params, buf, l)`, where given: block l's input `x` recomputed from the stacked params and the final buffer
+  (DenseFormer's stream is a read of the store). The backward then recomputes it instead of keeping it per block:
+  with remat, a block keeps nothing of its own besides the store."""
   meta = {}
 
   def run(params, store, xs, consts):
@@ -182,8 +186,8 @@ def layer_scan(body, params, store: Store, xs, consts):
       p_leaves = jax.tree.leaves(p)
       # where each residual comes from in the backward: the final store (-1), this block's params (their index),
       # or the residuals kept per block (None). The params are already stacked: keeping them again would copy them.
-      source = tuple(-1 if leaf is s.buf else next((i for i, q in enumerate(p_leaves) if leaf is q), None)
-                     for leaf in leaves)
+      source = tuple(-1 if leaf is s.buf else -2 if x_of is not None and leaf is s.x
+                     else next((i for i, q in enumerate(p_leaves) if leaf is q), None) for leaf in leaves)
       shape = (s.buf.shape, s.buf.dtype)
       copies = [i for i, leaf in enumerate(leaves) if source[i] is None and (leaf.shape, leaf.dtype) == shape]
       if copies:
@@ -199,13 +203,16 @@ def layer_scan(body, params, store: Store, xs, consts):
     ct_store, ct_ys = cts
 
     def step(ct_s, inp):
-      p, kept_l, ct_y = inp
+      p, kept_l, ct_y, l = inp
       it, p_leaves = iter(kept_l), jax.tree.leaves(p)
-      leaves = [next(it) if src is None else buf if src == -1 else p_leaves[src] for src in meta["source"]]
+      x = x_of(params, buf, l) if -2 in meta["source"] else None
+      leaves = [next(it) if src is None else buf if src == -1 else x if src == -2 else p_leaves[src]
+                for src in meta["source"]]
       vjp = jax.tree_util.tree_unflatten(meta["treedef"], leaves)
       d_p, d_s = vjp((ct_s, ct_y))
       return d_s, d_p
-    ct_store0, d_params = jax.lax.scan(step, ct_store, (params, kept, ct_ys), reverse=True)
+    index = jnp.arange(jax.tree.leaves(params)[0].shape[0], dtype=jnp.int32)
+    ct_store0, d_params = jax.lax.scan(step, ct_store, (params, kept, ct_ys, index), reverse=True)
     return d_params, ct_store0, None, None
 
   scan.defvjp(fwd, bwd)

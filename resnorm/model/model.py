@@ -5,6 +5,7 @@ Blocks run under `nn.scan` with params stacked on a leading `layers` axis (compi
 unrolled Python loop (`model.scan_layers=False`) computing the same function. Mix-LN-like variants give several
 scanned segments.
 """
+from functools import partial
 from typing import Any
 
 import flax.linen as nn
@@ -114,7 +115,8 @@ class LM(nn.Module):
         # a depth store: the same blocks and params, with the store kept once by the backward (depth_store)
         mod = block(cfg, sublayer, scales, self.collect, 0, parent=None)
         body = lambda p, s, layer, consts: mod.apply({"params": p}, s, layer, *consts)
-        state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T))
+        x_of = partial(variant.x_from_store, cfg) if variant.x_from_store else None
+        state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T), x_of)
       elif cfg.scan_layers:
         stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast), length=length,

@@ -27,6 +27,9 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
   becomes the head's input (None: the `streams` rule above). Called inside the LM's compact call, so `finish` may
   create params (ResiDual's norm of the dual stream).
 - `after_block`: a module class `(cfg)` called as `(state, layer) -> state` after each block (DenseFormer's DWA).
+- `x_from_store(cfg, params, buf_SBTD, l)`: for a depth-store placement whose stream is a read of the store, block
+  l's input `x` from the segment's stacked params and the final buffer; the backward recomputes it rather than
+  keeping it per block (resnorm.model.depth_store.layer_scan).
 - `logit_scale`: a module class `(cfg)` applied to the logits [B,T,V] (nGPT's s_z).
 - `init_params(cfg, params, rng, seq_len, layers) -> params`: applied by `resnorm.step.step.init_state` to the unboxed
   params after `LM.init` (Admin's profiling pass, nGPT's unit-norm weights); a pure function of its inputs.
@@ -92,6 +95,7 @@ class Variant:
   start: Callable | None = None
   finish: Callable | None = None
   after_block: Any = None
+  x_from_store: Callable | None = None
   logit_scale: Any = None
   init_params: Callable | None = None
   unit_norm: tuple = ()  # ((weight name, axis), ...)

@@ -15,7 +15,9 @@ sets Y_i to the DWA. The weights outside the mask (j > i, the dilation and perio
 and never used: the paper's count is sum over DWA blocks i of floor(i/k) + 1.
 
 Memory per token: the store, (L + 1) D, kept once by the backward (the authors' code holds each X_j once), plus
-the blocks' own activations. The DWA after each block computes over all L + 1 slots (2 (L + 1) D FLOPs per token).
+the blocks' own activations. Y_i is a read of the store, so the backward recomputes each block's input from it
+(`x_from_store`) rather than keeping it: with remat, the store is all a block keeps, as X_i is all a Pre-LN block
+keeps. The DWA after each block computes over all L + 1 slots (2 (L + 1) D FLOPs per token).
 """
 import flax.linen as nn
 import jax
@@ -44,6 +46,13 @@ def dwa_mask(cfg, i):
   return (j <= i) & ((i - j) % dc.dilation == 0) & (i % dc.period == 0)
 
 
+def dwa_output(cfg, store: Store, alpha, i):
+  """Y_i from a store that holds X_0..X_i: the DWA where i = 0 mod p, else X_i."""
+  x_i = store.slot(i)
+  dwa = store.weighted_shared(jnp.where(dwa_mask(cfg, i), alpha, 0.0)).astype(x_i.dtype)
+  return jnp.where(i % cfg.denseformer.period == 0, dwa, x_i)
+
+
 class DWA(nn.Module):
   cfg: object
 
@@ -52,11 +61,16 @@ class DWA(nn.Module):
     i = layer + 1
     n = self.cfg.num_layers + 1
     alpha = self.param("alpha", lambda _rng, shape: jax.nn.one_hot(i, n, dtype=jnp.float32), (n,))
-    x_i = store.x
-    store = store.write(i, x_i)
-    dwa = store.weighted_shared(jnp.where(dwa_mask(self.cfg, i), alpha, 0.0)).astype(x_i.dtype)
-    y = jnp.where(i % self.cfg.denseformer.period == 0, dwa, x_i)
-    return store.with_x(y)
+    store = store.write(i, store.x)
+    return store.with_x(dwa_output(self.cfg, store, alpha, i))
+
+
+def _x_from_store(cfg, params, buf_SBTD, l):
+  """Y_l, block l's input, from the final store: X_0 for block 0, else the DWA after block l (block l-1's alpha).
+  The slots past l hold later outputs, read with weight 0, as the forward read zeros there."""
+  alpha = jax.lax.dynamic_index_in_dim(params["after_block"]["alpha"], jnp.maximum(l - 1, 0), keepdims=False)
+  store = Store(x=None, buf=buf_SBTD)
+  return jnp.where(l == 0, store.slot(0), dwa_output(cfg, store, alpha, l))
 
 
 def _start(cfg, x_BTD):
@@ -82,7 +96,8 @@ def _check(cfg):
 
 
 register(Variant(
-    "denseformer", DenseSublayer, start=_start, finish=_finish, after_block=DWA, decay=("alpha",), check=_check,
+    "denseformer", DenseSublayer, start=_start, finish=_finish, after_block=DWA, x_from_store=_x_from_store,
+    decay=("alpha",), check=_check,
     extra_params=lambda cfg: cfg.num_layers * (cfg.num_layers + 1),
     # the dense masked DWA as computed: a weighted sum over the L+1 slots after every block
     extra_flops=lambda cfg: 2 * cfg.num_layers * (cfg.num_layers + 1) * cfg.d_model))
