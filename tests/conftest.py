@@ -51,6 +51,17 @@ def pytest_collection_modifyitems(config, items):
                                next((i for i, name in enumerate(LONGEST) if name in item.nodeid), len(LONGEST))))
 
 
+# The norm placements on one plain stream: their breadth tests (decoding, every param learning) run in
+# `make test-integration`; every variant with a state or a connection of its own, and Pre-Norm, in `make test`. Each
+# variant's first float64 reference case and its shape test stay in `make test`.
+PLAIN_STREAM = ("post_norm", "peri_norm", "deepnorm", "ln_scaling", "resi_dual", "hybrid_norm", "mix_ln")
+
+
+def by_variant(names):
+  """pytest params, one per variant name, the PLAIN_STREAM ones marked integration."""
+  return [pytest.param(n, marks=pytest.mark.integration if n in PLAIN_STREAM else ()) for n in names]
+
+
 def tiny_config(residual="pre_norm", num_layers=2, **over):
   """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values, each a field of configs/base.py
   (a misspelt key fails here, not silently in a test that never validates the config)."""

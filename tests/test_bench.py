@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from conftest import tiny_config
 from resnorm.config import configlib
@@ -11,6 +12,7 @@ from resnorm.model import flops
 from test_cli import ENV, ROOT
 
 
+@pytest.mark.integration  # the bench as a subprocess, end to end
 def test_bench_grid_json(tmp_path):
   out = tmp_path / "b.json"
   r = subprocess.run([sys.executable, "-m", "resnorm.bench", "--config=configs/pre_norm_12l.py",
@@ -43,6 +45,7 @@ def test_bench_grid_json(tmp_path):
   assert "x first" in r.stdout
 
 
+@pytest.mark.integration  # the bench as a subprocess, end to end
 def test_bench_decode_mode(tmp_path):
   out = tmp_path / "d.json"
   r = subprocess.run([sys.executable, "-m", "resnorm.bench", "--config=configs/tiny.py:hc", "--decode",
@@ -56,6 +59,7 @@ def test_bench_decode_mode(tmp_path):
 TINY = ["--config=configs/tiny.py", "--config.model.num_layers=1"]
 
 
+@pytest.mark.integration  # the bench as a subprocess, end to end
 def test_bench_xla_option_sets_are_points_of_one_process(tmp_path):
   out = tmp_path / "b.json"
   r = subprocess.run([sys.executable, "-m", "resnorm.bench", *TINY, "--steps=1", "--warmup=0", "--xla=default",
@@ -73,6 +77,7 @@ def test_bench_xla_option_sets_are_points_of_one_process(tmp_path):
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
+@pytest.mark.integration  # the bench as a subprocess, end to end
 def test_bench_loop_splits_train_s_against_bare_steps(tmp_path, text_corpus):
   out = tmp_path / "l.json"
   r = subprocess.run([sys.executable, "-m", "resnorm.bench", *TINY, "--loop", "--rounds=2",

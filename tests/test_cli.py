@@ -75,6 +75,7 @@ def test_train_then_eval_end_to_end(tmp_path, text_corpus):
   assert r.returncode == 2 and "longer than the model's context of 16" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.integration  # eval.py as a subprocess, end to end
 def test_eval_init_writes_diagnostics(tmp_path, text_corpus):
   out = str(tmp_path / "init")
   r = run("eval.py", "--config=configs/tiny.py:hc", "--init", f"--outdir={out}", *TINY, *_text_args(text_corpus))

@@ -32,11 +32,18 @@ def _perturbed(params, seed=3):
                                    for a, k in zip(leaves, keys)])
 
 
+E2E = pytest.mark.integration  # further settings of a placement: `make test-integration`
+
+
 @pytest.mark.parametrize("name,over", [
-    ("attn_res", {}), ("attn_res_block", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3}),
-    ("denseformer", {}), ("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}),
+    ("attn_res", {}), ("attn_res_block", {}),
+    pytest.param("attn_res_block", {"model.attn_res.num_blocks": 3}, marks=E2E),
+    ("denseformer", {}),
+    pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E),
     ("denseformer", {"model.remat": "full", "model.denseformer.dilation": 2}),
-    ("mudd", {}), ("laurel", {}), ("laurel", {"model.laurel.pa_k": 6}), ("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}), ("laurel", {"model.laurel.rw": False})])
+    ("mudd", {}), ("laurel", {"model.laurel.pa_k": 6}), pytest.param("laurel", {}, marks=E2E),
+    pytest.param("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}, marks=E2E),
+    pytest.param("laurel", {"model.laurel.rw": False}, marks=E2E)])
 def test_store_equals_carry(name, over):
   cfg = tiny_config(name, 3, **over)
   mcfg, params, tokens, _ = init_and_apply(cfg)
@@ -56,7 +63,8 @@ def _temp_bytes(name, num_layers, carry=False, remat="none"):
   """Temporary bytes of the compiled gradient (XLA's own memory analysis) at d 32, 16 x 32 tokens: activations
   dominate the params, so a store kept once per block shows as growth in depth."""
   import flax
-  over = {"model.remat": remat, "model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2, "model.attn_res.num_blocks": num_layers,
+  over = {"model.remat": remat, "model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2,
+          "model.attn_res.num_blocks": num_layers,
           "model.laurel.pa_k": 2 * num_layers}
   cfg = tiny_config(name, num_layers, **over)
   if carry:
@@ -73,7 +81,8 @@ def pre_norm_bytes():
   return {n: _temp_bytes("pre_norm", n) for n in (4, 8)}
 
 
-@pytest.mark.parametrize("name", STORE)
+@pytest.mark.parametrize("name", ["attn_res", "denseformer", "mudd", pytest.param("attn_res_block", marks=E2E),
+                                  pytest.param("laurel", marks=E2E)])
 def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
   """A placement's memory beyond Pre-Norm's at 8 layers is at most 2.3x its memory at 4 (linear: 2x; Block AttnRes
   at N = L blocks). The carry form, which the scan's backward saves at every block, grows quadratically: the same

@@ -237,3 +237,31 @@ def test_an_elementwise_norms_alpha_is_reported_per_sublayer(norm):
   assert [r.get(f"{norm}_alpha") for r in rows] == pytest.approx([0.3, 1.1, 0.7, 1.9])
   other = "derf" if norm == "dyt" else "dyt"
   assert all(f"{other}_alpha" not in r for r in rows)
+
+
+def test_laurel_and_mudd_learned_weights_are_the_papers_quantities():
+  """LAuReL (a f + b (x + x A B + ...)): laurel_alpha is the weight on F(N(x)) and laurel_beta the one on the
+  residual path; lr_ratio is ||x A B|| / ||x|| per token, then averaged (not a ratio of the means). MUDDFormer's
+  dense entropy is of |A| normalized over the sources: the weights (+1, -1) have entropy log 2."""
+  from resnorm.model.model import LM
+  cfg = tiny_config("laurel", 2, **{"model.laurel.rw_scale": 2.0, "model.laurel.rank": 2})
+  mcfg, params, _ = init_params(cfg)
+  res = dict(params["blocks"]["attn_res"])
+  res["rw_logits"] = jnp.broadcast_to(jnp.array([0.5, -0.3]), res["rw_logits"].shape)
+  res["up"] = jax.random.normal(jax.random.key(1), res["up"].shape)
+  params = {**params, "blocks": {**params["blocks"], "attn_res": res}}
+  batch = _batch()
+  batch["inputs"] = batch["inputs"].at[0].multiply(0).at[0, :8].set(7)  # tokens of very different sizes of x
+  stats = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))["stats"]
+  _, taps = LM(mcfg, collect=True).apply({"params": params}, batch["inputs"])
+  e = np.exp([0.5, -0.3])
+  assert stats["laurel_alpha"][0] == pytest.approx(2 * e[0] / e.sum(), rel=1e-5)
+  assert stats["laurel_beta"][0] == pytest.approx(2 * e[1] / e.sum(), rel=1e-5)
+  x = np.asarray(taps["u"][0], np.float64)                                         # sublayer 0's input [B, T, D]
+  lr = x @ np.asarray(res["down"][0], np.float64) @ np.asarray(res["up"][0], np.float64)
+  per_token = np.linalg.norm(lr, axis=-1) / np.linalg.norm(x, axis=-1)
+  assert stats["lr_ratio"][0] == pytest.approx(per_token.mean(), rel=1e-4)
+  assert abs(per_token.mean() - np.linalg.norm(lr, axis=-1).mean() / np.linalg.norm(x, axis=-1).mean()) > 1e-3
+  dense = jnp.array([1.0, -1.0, 0.0, 0.0] * 4).reshape(1, 1, 1, 4, 4)
+  ent = diagnostics.learned_weights({"dense": dense})
+  assert float(ent["dense_entropy_q"][0]) == pytest.approx(np.log(2), rel=1e-5)

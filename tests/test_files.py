@@ -116,6 +116,7 @@ def test_tpu_configs_read_files_and_refuse_the_placeholder():
     data.train_iterator(cfg)
 
 
+@pytest.mark.integration  # train.py as a subprocess, end to end
 def test_reduced_tpu_config_trains_on_cpu(tmp_path, shards):
   """The :tpu config (bfloat16, FSDP over every device, remat full, accumulated micro-batches, files) at tiny dims
   on 8 CPU devices, from a parquet and a jsonl.gz shard."""

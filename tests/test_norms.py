@@ -176,14 +176,16 @@ def test_derf_inits_follow_the_side_of_each_norm_and_nothing_of_it_is_decayed():
   assert not any(k[-1] == "bias" for k in flax.traverse_util.flatten_dict(params) if "norm" in "/".join(k))
 
 
-@pytest.mark.parametrize("norm", ["dyt", "derf"])
-def test_every_placement_runs_norm_free_but_ngpt_is_refused(norm):
+@pytest.mark.parametrize("norm,plain", [("dyt", False), pytest.param("dyt", True, marks=pytest.mark.integration),
+                                        ("derf", None)])
+def test_every_placement_runs_norm_free_but_ngpt_is_refused(norm, plain):
   """model.norm=dyt or derf under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace)
-  refused."""
+  refused. DyT: the conftest.PLAIN_STREAM placements (`plain`) apart from the others."""
   from resnorm.model import residual
   from resnorm.core.errors import InputError
-  from conftest import init_and_apply
+  from conftest import PLAIN_STREAM, init_and_apply
   names = sorted({v.name for v in residual.REGISTRY.values()})
+  names = [n for n in names if plain is None or (n in PLAIN_STREAM) == plain]
   if norm == "derf":  # the same make_norm path as DyT's: a placement of each kind of state is enough
     names = ["pre_norm", "post_norm", "hc", "mhc", "hybrid_norm", "attn_res_block", "ngpt"]
   for name in names:

@@ -25,6 +25,7 @@ def _report(records_dir, out, *more):
                          f"--out={out}", *more], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.integration  # the whole report from the records, as a subprocess
 def test_report_rebuilds_from_records_alone(tmp_path):
   """No run and no init diagnostics: every claim of both corpora, every figure, and the same page twice but for its
   first line."""
@@ -55,17 +56,25 @@ def _copy(tmp_path):
   return dst, sorted((dst / "pystdlib").glob("*.json"))[0]
 
 
-def test_records_of_another_code_are_refused_unless_accepted(tmp_path):
+def _of_another_code(tmp_path):
   dst, path = _copy(tmp_path)
   rec = json.loads(path.read_text())
   rec["fingerprint"] = "0" * 16
   rec["digest"] = records._digest(rec)
   path.write_text(json.dumps(rec))
-  r = _report(dst, tmp_path / "out")
+  return dst
+
+
+def test_records_of_another_code_are_refused(tmp_path):
+  r = _report(_of_another_code(tmp_path), tmp_path / "out")
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
   assert "2 fingerprints" in r.stderr and "0000000000000000 (1 records)" in r.stderr
   assert not (tmp_path / "out" / "results.md").exists()
-  r = _report(dst, tmp_path / "out", "--accept_fingerprints")
+
+
+@pytest.mark.integration  # the whole report, as a subprocess
+def test_records_of_another_code_are_accepted_when_asked(tmp_path):
+  r = _report(_of_another_code(tmp_path), tmp_path / "out", "--accept_fingerprints")
   assert r.returncode == 0 and "0000000000000000 (1 records)" in r.stdout
 
 
@@ -142,6 +151,7 @@ def test_fingerprint_follows_the_code_that_decides_a_run(tmp_path):
   assert records.fingerprint(str(tmp_path)) != fp
 
 
+@pytest.mark.integration  # the whole report from the records, as a subprocess
 def test_parts_without_their_runs_read_pending(tmp_path):
   """A partial grid: the parts that read a run whose record is missing say `pending` (no test enters the correction
   for them), the others are judged; the missing run is listed."""

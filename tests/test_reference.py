@@ -105,9 +105,10 @@ CASES = {
                                             "_redraw": {"b_res": 3.0}}),
                  ("n3-direct", 2, {"model.mhc_lite.n": 3, "model.mhc_lite.mix": "direct", "_redraw": {"b_res": 3.0}})],
 }
-# A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked.
-PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}")
-          for name in VARIANTS for cid in ([c[0] for c in CASES.get(name, [])] or [None])]
+# A variant without a case still gets a (failing) test, so a new registry entry cannot go unchecked. Each variant's
+# first case runs in `make test`; its further cases (other norms, widths and settings) in `make test-integration`.
+PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}", marks=pytest.mark.integration if k else ())
+          for name in VARIANTS for k, cid in enumerate([c[0] for c in CASES.get(name, [])] or [None])]
 
 # Matrices get noise relative to their size (zero-initialized ones: as if of unit-RMS inputs, 0.5 / sqrt(D));
 # mHC's b_res N(0, 1), so the Sinkhorn is far from converged after a few iterations; every other leaf (norm scales

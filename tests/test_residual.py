@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import init_and_apply, init_params, param_shapes, tiny_config
+from conftest import by_variant, init_and_apply, init_params, param_shapes, tiny_config
 from resnorm.config import configlib
 from resnorm.model import flops, residual
 from resnorm.step import optim, step
@@ -351,7 +351,7 @@ def _batch(seed, b=4, t=16):
   return {"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": jnp.ones((b, t))}
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+@pytest.mark.parametrize("name", by_variant(VARIANTS))
 def test_every_param_learns_and_five_steps_are_finite(name):
   cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
@@ -389,7 +389,8 @@ def test_param_count_formula_matches_tree(name):
   elementwise = [{"model.norm": "derf"}, {"model.norm": "dyt", "model.dyt.bias": True}] \
       if name in ("pre_norm", "hc", "hybrid_norm") else []
   for over in ({}, {"model.norm": "rmsnorm", "model.hc.dynamic": False, "model.tie_embed": True,
-                   "model.hybrid_norm.qkv_norm": "all", "model.hybrid_norm.first_pre_norm": True}, *elementwise):
+                   "model.hybrid_norm.qkv_norm": "all", "model.hybrid_norm.first_pre_norm": True,
+                   "model.laurel.rw": False}, *elementwise):
     cfg = tiny_config(name, 4, **over)
     params = param_shapes(cfg)
     assert flops.param_count(configlib.model_config(cfg)) == sum(x.size for x in jax.tree.leaves(params))

@@ -76,6 +76,7 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
   assert not (out / "results.md").exists()
 
 
+@pytest.mark.integration  # the report and every figure, end to end
 def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   """A partial report (the SLURM or TPU grid still running) writes every figure, even one whose runs are all
   missing; a log axis with no data must not crash it (it did, on a real partial grid)."""

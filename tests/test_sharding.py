@@ -12,6 +12,10 @@ from resnorm.core.errors import InputError
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# The tests that read `results` are end-to-end (8 devices in a subprocess, training and checkpoints): integration.
+E2E = pytest.mark.integration
+
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
@@ -22,6 +26,7 @@ def results(tmp_path_factory):
   return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+@E2E
 @pytest.mark.parametrize("residual", ["pre_norm", "hc"])
 def test_same_losses_on_every_mesh(results, residual):
   ref = results[f"{residual}:(1, 1, 1)"]["losses"]
@@ -31,12 +36,14 @@ def test_same_losses_on_every_mesh(results, residual):
       assert abs(a - b) <= 1e-5 * abs(b), (mesh, got, ref)
 
 
+@E2E
 def test_grad_accum_on_a_mesh_matches_one_device(results):
   ref, got = results["hc:(1, 1, 1)"]["losses"], results["hc:(2, 2, 2):accum2"]["losses"]
   for a, b in zip(got, ref):
     assert abs(a - b) <= 1e-5 * abs(b), (got, ref)
 
 
+@E2E
 def test_param_and_optimizer_shardings_follow_rules(results):
   r = results["pre_norm:(2, 2, 2)"]
   assert r["spec_q"] == "P(None, 'fsdp', 'tensor', None)"  # (layers, embed, heads, kv)
@@ -44,12 +51,14 @@ def test_param_and_optimizer_shardings_follow_rules(results):
   assert "fsdp" in r["spec_mu"]  # Adam moments are sharded like their params
 
 
+@E2E
 def test_dry_run_bytes_match_real_arrays(results):
   for key, r in results.items():
     if "bytes_predicted" in r:
       assert r["bytes_predicted"] == r["bytes_actual"], key
 
 
+@E2E
 def test_checkpoints_restore_across_mesh_shapes(results):
   rs = {k: v for k, v in results.items() if k.startswith("restore:")}
   assert len(rs) == 6 and all(v["equal"] for v in rs.values())

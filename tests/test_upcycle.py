@@ -29,8 +29,10 @@ def _records(wd):
   return [json.loads(line) for line in open(os.path.join(wd, "metrics.jsonl"))]
 
 
-@pytest.mark.parametrize("residual,over", [("hc", {"model.hc.n": 2}), ("frac_hc", {"model.frac_hc.m": 4}),
-                                           ("pre_norm", {})], ids=["pre_norm->hc", "pre_norm->frac_hc", "same"])
+@pytest.mark.parametrize("residual,over", [
+    pytest.param("hc", {"model.hc.n": 2}, id="pre_norm->hc"),
+    pytest.param("frac_hc", {"model.frac_hc.m": 4}, id="pre_norm->frac_hc", marks=pytest.mark.integration),
+    pytest.param("pre_norm", {}, id="same", marks=pytest.mark.integration)])
 def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus, residual, over):
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, residual, **{**RUN, "train.steps": 1, "train.init_from": source, **over})
