@@ -351,7 +351,13 @@ def _batch(seed, b=4, t=16):
   return {"inputs": tok[:, :-1], "targets": tok[:, 1:], "mask": jnp.ones((b, t))}
 
 
-@pytest.mark.parametrize("name", by_variant(VARIANTS))
+# Admin's omegas, nGPT's scalers and ReZero's gates also get their gradients checked against finite differences in
+# test_reference.py's fast cases; their five-step runs are in `make test-integration`.
+LEARN_ALSO = ("admin", "ngpt", "rezero")
+
+
+@pytest.mark.parametrize("name", [pytest.param(p.values[0], marks=pytest.mark.integration) if p.values[0] in LEARN_ALSO
+                                  else p for p in by_variant(VARIANTS)])
 def test_every_param_learns_and_five_steps_are_finite(name):
   cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
