@@ -42,6 +42,9 @@ def test_the_interaction_is_paired_by_seed():
   # only the seeds with a value on both corpora are paired
   pa, pb = _part("a", xa), _part("a", xb[:3])
   assert rp.paired(pa, pb) == pytest.approx([x - y for x, y in zip(xa[:3], xb[:3])])
+  # by seed, not by position: seed 1 missing on one corpus pairs seed 2 with seed 2
+  pb = {**pb, "x": {s: xb[s] for s in (0, 2, 4)}}
+  assert rp.paired(pa, pb) == pytest.approx([xa[s] - xb[s] for s in (0, 2, 4)])
 
 
 @pytest.mark.parametrize("ci, selected, want", [
