@@ -15,6 +15,9 @@ def test_bootstrap_se_matches_the_standard_error_of_a_mean_of_independent_rows()
   # the ratio of sums: a row with fewer targets weighs less; PAD rows (no targets) are not rows
   assert stats.bootstrap_se(np.r_[sums, 0.0], np.r_[counts, 0.0]) == se
   assert stats.bootstrap_se(sums[:1], counts[:1]) is None
+  # a non-finite loss (a diverged eval) has no standard error, rather than a NaN or an inf one
+  assert stats.bootstrap_se(np.r_[sums, np.nan], np.r_[counts, t]) is None
+  assert stats.bootstrap_se(np.r_[sums, np.inf], np.r_[counts, t]) is None
   # four times the rows, half the error
   big = stats.bootstrap_se(np.tile(sums, 4), np.tile(counts, 4))
   assert abs(big / se - 0.5) < 0.1
