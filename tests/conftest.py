@@ -57,9 +57,9 @@ def pytest_collection_modifyitems(config, items):
 PLAIN_STREAM = ("post_norm", "peri_norm", "deepnorm", "ln_scaling", "resi_dual", "hybrid_norm", "mix_ln")
 
 
-def by_variant(names):
-  """pytest params, one per variant name, the PLAIN_STREAM ones marked integration."""
-  return [pytest.param(n, marks=pytest.mark.integration if n in PLAIN_STREAM else ()) for n in names]
+def by_variant(names, also=()):
+  """pytest params, one per variant name, the PLAIN_STREAM ones and those in `also` marked integration."""
+  return [pytest.param(n, marks=pytest.mark.integration if n in PLAIN_STREAM or n in also else ()) for n in names]
 
 
 def tiny_config(residual="pre_norm", num_layers=2, **over):

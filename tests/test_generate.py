@@ -35,8 +35,7 @@ def _incremental_logits(mcfg, params, tokens, prefill: int):
 DECODE_ALSO = ("admin", "ngpt", "rezero", "mhc_lite")
 
 
-@pytest.mark.parametrize("name", [pytest.param(p.values[0], marks=pytest.mark.integration) if p.values[0] in DECODE_ALSO
-                                  else p for p in by_variant(VARIANTS)])
+@pytest.mark.parametrize("name", by_variant(VARIANTS, also=DECODE_ALSO))
 def test_prefill_then_decode_equals_full_forward(name):
   pos = "learned" if name in ("pre_norm", "hc") else "rope"  # both position schemes, on a single and a multi-stream
   cfg = tiny_config(name, 4 if name == "mix_ln" else 2, **{"model.pos": pos})  # mix_ln: both segments

@@ -356,8 +356,7 @@ def _batch(seed, b=4, t=16):
 LEARN_ALSO = ("admin", "ngpt", "rezero")
 
 
-@pytest.mark.parametrize("name", [pytest.param(p.values[0], marks=pytest.mark.integration) if p.values[0] in LEARN_ALSO
-                                  else p for p in by_variant(VARIANTS)])
+@pytest.mark.parametrize("name", by_variant(VARIANTS, also=LEARN_ALSO))
 def test_every_param_learns_and_five_steps_are_finite(name):
   cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)
