@@ -97,13 +97,14 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
 
 def test_denseformer_recomputes_its_stream_from_the_store(monkeypatch):
   """Under whole-block remat a DenseFormer block keeps nothing of its own besides the store: its input Y_l is a
-  read of the store, which the backward recomputes (x_from_store). Kept instead, it is L B T D more floats."""
+  read of the store, which the backward recomputes (x_from_store). Kept instead, it is (L - 1) B T D more floats
+  (block 0's input is the embedding, which the backward keeps either way)."""
   from resnorm.model.residual import base
   recomputed = _temp_bytes("denseformer", 8, remat="full")
   monkeypatch.setitem(base.REGISTRY, "denseformer", dataclasses.replace(base.REGISTRY["denseformer"],
                                                                       x_from_store=None))
   kept = _temp_bytes("denseformer", 8, remat="full")
-  assert kept - recomputed >= 0.9 * 8 * 16 * 32 * 32 * 4
+  assert kept - recomputed >= 0.99 * (8 - 1) * 16 * 32 * 32 * 4
 
 
 def _store(seed=0, s=5, fresh=((3, 1.5),)):
@@ -120,17 +121,18 @@ def _dense(store):
   return jnp.moveaxis(store.flush().buf, 0, 2)
 
 
-def test_store_reads_equal_plain_reads_in_value_and_gradient():
-  store = _store()
-  w = jax.random.normal(jax.random.key(7), (2, 3, 2, 5))
+@pytest.mark.parametrize("kernels", ["reference", "xla_cpu"])
+def test_store_reads_equal_plain_reads_in_value_and_gradient(kernels):
+  store = _store().replace(kernels=kernels)
+  w = jax.random.normal(jax.random.key(7), (2, 5, 2, 3))                         # [C, S, B, T]
   q = jax.random.normal(jax.random.key(8), (4,))
   def reads(st, w, q):
-    return (st.weighted(w), st.weighted_shared(w[0, 0, 0]), st.rms_logits(q, 1e-5), st.slot(3))
+    return (st.weighted(w), st.weighted_shared(w[0, :, 0, 0]), st.rms_logits(q, 1e-5), st.slot(3))
   def plain(st, w, q):
     v = _dense(st)
     k = v * jax.lax.rsqrt(jnp.mean(v * v, axis=-1, keepdims=True) + 1e-5)
-    return (jnp.einsum("btcs,btsd->btcd", w, v), jnp.einsum("s,btsd->btd", w[0, 0, 0], v),
-            jnp.einsum("btsd,d->bts", k, q), v[:, :, 3])
+    return (jnp.einsum("csbt,btsd->cbtd", w, v), jnp.einsum("s,btsd->btd", w[0, :, 0, 0], v),
+            jnp.einsum("btsd,d->sbt", k, q), v[:, :, 3])
   for a, b in zip(reads(store, w, q), plain(store, w, q)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   def scalar(f):
@@ -147,7 +149,7 @@ def test_a_fresh_slot_is_read_from_its_value_not_the_buffer():
   buffer is the final one, where that slot already has its value), and its gradient goes to the write."""
   store = _store()
   stale = store.replace(buf=store.buf.at[3].set(100.0))
-  w = jnp.ones((2, 3, 1, 5))
+  w = jnp.ones((1, 5, 2, 3))
   np.testing.assert_allclose(stale.weighted(w), store.weighted(w), rtol=1e-6)
   g = jax.grad(lambda st: jnp.sum(st.weighted(w)), allow_int=True)(stale)
   assert float(jnp.abs(g.buf[3]).max()) == 0.0

@@ -25,6 +25,10 @@ def _inputs(name, t, dtype):
     return (r(ks[0], (2, t, 16)) * 3,), {}
   if name == "mix_streams":  # a non-symmetric [.., n, n+1] mixing, as HC's alpha
     return (r(ks[0], (2, t, 4, 8)), jax.random.normal(ks[1], (2, t, 4, 5))), {}
+  if name == "slot_weighted":  # the depth store's reads: 5 slots, 2 ways of per-token weights
+    return (r(ks[0], (5, 2, t, 8)), jax.random.normal(ks[1], (2, 5, 2, t))), {}
+  if name == "slot_weighted_shared":  # one weight per slot for every token (DenseFormer, LAuReL's PA)
+    return (r(ks[0], (5, 2, t, 8)), jax.random.normal(ks[1], (1, 5, 1, 1))), {}
   if name in ("norm_project", "rms_project"):  # rows off zero mean, as residual streams are; f32 params
     d = 32
     x = r(ks[0], (2 * t, d)) * 3.0 + 2.0
@@ -41,6 +45,8 @@ def _check(name, t, dtype):
     fast, ref = (lambda x, s, w, m=m: m.norm_project(x, s, None, w, 1e-5) for m in (xla_cpu, reference))
   elif name == "norm_project":
     fast, ref = (lambda *a, m=m: m.norm_project(*a, 1e-5) for m in (xla_cpu, reference))
+  elif name == "slot_weighted_shared":
+    fast, ref = xla_cpu.slot_weighted, reference.slot_weighted
   else:
     fast = lambda *a: getattr(xla_cpu, name)(*a, **kw)
     ref = lambda *a: getattr(reference, name)(*a, **kw)
@@ -57,7 +63,8 @@ def _check(name, t, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("name", ["project", "gelu", "attention", "mix_streams", "norm_project", "rms_project"])
+@pytest.mark.parametrize("name", ["project", "gelu", "attention", "mix_streams", "norm_project", "rms_project",
+                                  "slot_weighted", "slot_weighted_shared"])
 def test_xla_cpu_kernel_equals_reference(name, dtype):
   _check(name, 12, dtype)
 
@@ -106,7 +113,7 @@ def test_auto_picks_xla_cpu_on_cpu():
   assert kernels.get("reference") is reference
 
 
-@pytest.mark.parametrize("name", ["hc", "mhc"])
+@pytest.mark.parametrize("name", ["hc", "mhc", "mudd"])
 def test_model_same_function_under_both_kernel_sets(name):
   cfg = tiny_config(name, 2, **{"model.kernels": "xla_cpu"})
   mcfg, params, tokens = init_params(cfg)

@@ -21,7 +21,9 @@ the carry. Memory: the final buffer once plus each block's own residuals, O(L D 
 flat in depth (one scanned body).
 
 Reads over the whole buffer (`weighted`, `rms_logits`) are custom-VJP ops whose only residual is the buffer
-itself; one slot (`slot`) is a dynamic index, whose residual is its index.
+itself; one slot (`slot`) is a dynamic index, whose residual is its index. The weighted sums are the kernel sets'
+`slot_weighted` (resnorm.model.kernels, `model.kernels`): weights slot-major, sums ways-major, as the store, so no
+store-sized array is relaid out.
 """
 from functools import partial
 from typing import Any
@@ -30,39 +32,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-
-# The reads' forms are the ones the TPU compiler's plan at 96 layers kept smallest (docs/scaling.md): per token and
-# way weights as broadcast multiplies and sums over the major slot axis (a dot with (b, t) as batch dimensions
-# would transpose the whole store), one weight per slot and the key logits as dots over the slot or feature axis.
-
-
-@partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _weighted(buf_SBTD, w, spec):
-  """sum_s w[..., s] buf[s], float32: out[b,t,c,:] for w [B,T,C,S] (spec "btcs"), out[b,t,:] for w [S] ("s")."""
-  if spec == "s":
-    return jnp.einsum("sbtd,s->btd", buf_SBTD, w, preferred_element_type=jnp.float32)
-  v, w_SBTC = buf_SBTD.astype(jnp.float32), jnp.moveaxis(w.astype(jnp.float32), -1, 0)
-  return jnp.stack([jnp.sum(w_SBTC[..., c, None] * v, axis=0) for c in range(w.shape[2])], axis=2)
-
-
-def _weighted_fwd(buf_SBTD, w, spec):
-  return _weighted(buf_SBTD, w, spec), (buf_SBTD, w)
-
-
-def _weighted_bwd(spec, res, ct):
-  buf_SBTD, w = res
-  ct = ct.astype(jnp.float32)
-  if spec == "s":
-    d_buf = jnp.einsum("btd,s->sbtd", ct, w.astype(jnp.float32))
-    d_w = jnp.einsum("sbtd,btd->s", buf_SBTD, ct, preferred_element_type=jnp.float32)
-  else:
-    v, w_SBTC = buf_SBTD.astype(jnp.float32), jnp.moveaxis(w.astype(jnp.float32), -1, 0)
-    d_buf = sum(w_SBTC[..., c, None] * ct[None, :, :, c] for c in range(w.shape[2]))
-    d_w = jnp.moveaxis(jnp.stack([jnp.sum(v * ct[None, :, :, c], axis=-1) for c in range(w.shape[2])], -1), 0, -1)
-  return d_buf.astype(buf_SBTD.dtype), d_w.astype(w.dtype)
-
-
-_weighted.defvjp(_weighted_fwd, _weighted_bwd)
+from resnorm.model import kernels
 
 
 def rms_logit(v_SBTD, q_D, eps):
@@ -103,6 +73,7 @@ class Store:
   x: Any
   buf: jax.Array
   fresh: tuple = ()
+  kernels: str = flax.struct.field(pytree_node=False, default="auto")   # model.kernels: the weighted reads' form
 
   @property
   def num_slots(self) -> int:
@@ -127,28 +98,26 @@ class Store:
       keep = keep * (jnp.arange(self.num_slots) != slot)
     return keep
 
-  def weighted(self, w_BTCS) -> jax.Array:
-    """[B, T, C, D] float32: sum_s w[..., c, s] v_s over every slot (C weightings at once)."""
-    out = _weighted(self.buf, w_BTCS * self._stale_S()[None, None, None], "btcs")
+  def weighted(self, w_CSBT) -> jax.Array:
+    """[C, B, T, D] float32: out[c] = sum_s w[c, s] v_s over every slot (C weightings at once; slot-major
+    weights, ways-major output: no relayout of the store-sized arrays in either direction)."""
+    out = kernels.get(self.kernels).slot_weighted(self.buf, w_CSBT * self._stale_S()[None, :, None, None])
     for slot, value in self.fresh:
-      w = jax.lax.dynamic_index_in_dim(w_BTCS, slot, axis=-1, keepdims=False)          # [B, T, C]
-      out = out + w[..., None] * value[:, :, None].astype(jnp.float32)
+      w = jax.lax.dynamic_index_in_dim(w_CSBT, slot, axis=1, keepdims=False)           # [C, B, T]
+      out = out + w[..., None] * value[None].astype(jnp.float32)
     return out
 
   def weighted_shared(self, w_S) -> jax.Array:
     """[B, T, D] float32: sum_s w[s] v_s, one weight per slot for every token."""
-    out = _weighted(self.buf, w_S * self._stale_S(), "s")
-    for slot, value in self.fresh:
-      out = out + jax.lax.dynamic_index_in_dim(w_S, slot, keepdims=False) * value.astype(jnp.float32)
-    return out
+    return self.weighted(w_S[None, :, None, None])[0]
 
   def rms_logits(self, q_D, eps) -> jax.Array:
-    """[B, T, S] float32: q . RMSNorm(v_s) for every slot (fresh ones from their values)."""
+    """[S, B, T] float32: q . RMSNorm(v_s) for every slot (fresh ones from their values)."""
     z = _rms_logits(self.buf, q_D, eps)
     for slot, value in self.fresh:
       z_new = rms_logit(value[None], q_D, eps)                                         # [1, B, T]
       z = jnp.where((jnp.arange(self.num_slots) == slot)[:, None, None], z_new, z)
-    return jnp.moveaxis(z, 0, -1)
+    return z
 
   def slot(self, i) -> jax.Array:
     """[B, T, D]: slot i (traced)."""

@@ -3,7 +3,7 @@
 This is what a GPU or TPU runs (`model.kernels=auto` off the CPU) and what a reader should read; `xla_cpu.py` holds
 forms of the same functions tuned for XLA:CPU, each tested equal to the one here (tests/test_kernels.py).
 
-Every kernel module exports the same six functions:
+Every kernel module exports the same seven functions:
 - `project(x_BTD, w_DX)`: the projection x @ w over the last axis;
 - `gelu(x)`: GELU, tanh approximation (Hendrycks & Gimpel 2016);
 - `attention(q_BTHK, k_BTHK, v_BTHK)`: causal softmax(q k^T / sqrt(K)) v (Vaswani et al. 2017), softmax in float32;
@@ -13,7 +13,11 @@ Every kernel module exports the same six functions:
   matrices, columns then rows, rows last (mHC Eq. 9, docs/variants.md section 3);
 - `norm_project(x_RD, scale_D, bias_D, w_DK, eps)`: Norm(x) @ w, a LayerNorm (bias given) or RMSNorm (bias None)
   over D in float32 followed by a projection to a few features, as Hyper-Connections' dynamic weights (Eq. 10-11)
-  read the streams.
+  read the streams;
+- `slot_weighted(buf_SBTD, w_CSBT)`: out[c] = sum_s w[c, s] buf[s], float32 [C, B, T, D], the weighted reads of
+  the depth store (resnorm.model.depth_store: Attention Residuals Eq. 4, MUDDFormer Eqs. 3-5, DenseFormer's DWA).
+  Weights are slot-major, per token [C, S, B, T] or shared [C, S, 1, 1]. A custom VJP in both sets: the store's
+  layer scan requires that a read keep nothing store-sized but the store itself.
 """
 import jax
 import jax.numpy as jnp
@@ -56,3 +60,33 @@ def sinkhorn(logits: jax.Array, iters: int) -> jax.Array:
 def norm_project(x_RD: jax.Array, scale_D: jax.Array, bias_D, w_DK: jax.Array, eps: float) -> jax.Array:
   bias = None if bias_D is None else bias_D[None]
   return norms.normalize(x_RD.astype(jnp.float32), scale_D[None], bias, eps) @ w_DK
+
+
+def slot_weight_grad(d_w_CSBT: jax.Array, w_CSBT: jax.Array) -> jax.Array:
+  """The weights' cotangent in their own shape: summed over tokens where the weights are shared ([C, S, 1, 1])."""
+  if w_CSBT.shape[2:] != d_w_CSBT.shape[2:]:
+    d_w_CSBT = jnp.sum(d_w_CSBT, axis=(2, 3), keepdims=True)
+  return d_w_CSBT.astype(w_CSBT.dtype)
+
+
+@jax.custom_vjp
+def slot_weighted(buf_SBTD: jax.Array, w_CSBT: jax.Array) -> jax.Array:
+  # broadcast multiplies summed over the major slot axis: the form the TPU compiler's memory plan kept smallest at
+  # 96 layers (docs/scaling.md)
+  v, w = buf_SBTD.astype(jnp.float32), w_CSBT.astype(jnp.float32)
+  return jnp.stack([jnp.sum(w[c, ..., None] * v, axis=0) for c in range(w.shape[0])])
+
+
+def _slot_weighted_fwd(buf_SBTD, w_CSBT):
+  return slot_weighted(buf_SBTD, w_CSBT), (buf_SBTD, w_CSBT)
+
+
+def _slot_weighted_bwd(res, ct_CBTD):
+  buf_SBTD, w_CSBT = res
+  v, w, ct = buf_SBTD.astype(jnp.float32), w_CSBT.astype(jnp.float32), ct_CBTD.astype(jnp.float32)
+  d_buf = sum(w[c, ..., None] * ct[c][None] for c in range(w.shape[0]))
+  d_w = jnp.stack([jnp.sum(v * ct[c][None], axis=-1) for c in range(w.shape[0])])
+  return d_buf.astype(buf_SBTD.dtype), slot_weight_grad(d_w, w_CSBT)
+
+
+slot_weighted.defvjp(_slot_weighted_fwd, _slot_weighted_bwd)

@@ -1,4 +1,4 @@
-"""The same five functions as `reference.py`, in forms XLA:CPU runs faster (`model.kernels=xla_cpu`, the `auto`
+"""The same seven functions as `reference.py`, in forms XLA:CPU runs faster (`model.kernels=xla_cpu`, the `auto`
 choice on the CPU). Each equals its reference in value and gradient (tests/test_kernels.py); why each form is
 faster, with the measurements, is in docs/performance.md.
 
@@ -14,6 +14,9 @@ faster, with the measurements, is in docs/performance.md.
 - `norm_project`: a closed-form backward that keeps only the per-row statistics and never forms the normalized
   rows' gradient: with K (a few) output features, the two row means of the norm's backward are K-term dot products
   of small arrays.
+- `slot_weighted`: the sum over slots unrolled into one elementwise sum, and each slot's weight gradient a reduce
+  over its own features (XLA:CPU runs a reduce over the major slot axis 10-20x slower, and in the backward it fused
+  the reduce's producers into every slot's term).
 """
 import functools
 
@@ -228,3 +231,32 @@ def norm_project(x_RD: Array, scale_D: Array, bias_D, w_DK: Array, eps: float) -
   x = x_RD.astype(jnp.float32)
   bias = jnp.zeros_like(scale_D) if bias_D is None else bias_D
   return _norm_project(x, scale_D, bias, w_DK, bias_D is not None, eps)
+
+
+def _slot_sum(buf_SBTD: Array, w_SBT: Array) -> Array:
+  out = w_SBT[0, ..., None] * buf_SBTD[0].astype(jnp.float32)
+  for s in range(1, buf_SBTD.shape[0]):
+    out = out + w_SBT[s, ..., None] * buf_SBTD[s].astype(jnp.float32)
+  return out
+
+
+@jax.custom_vjp
+def slot_weighted(buf_SBTD: Array, w_CSBT: Array) -> Array:
+  w = w_CSBT.astype(jnp.float32)
+  return jnp.stack([_slot_sum(buf_SBTD, w[c]) for c in range(w.shape[0])])
+
+
+def _slot_weighted_fwd(buf_SBTD, w_CSBT):
+  return slot_weighted(buf_SBTD, w_CSBT), (buf_SBTD, w_CSBT)
+
+
+def _slot_weighted_bwd(res, ct_CBTD):
+  buf_SBTD, w_CSBT = res
+  ct, w = ct_CBTD.astype(jnp.float32), w_CSBT.astype(jnp.float32)
+  d_buf = sum(w[c, ..., None] * ct[c][None] for c in range(w.shape[0]))
+  d_w = jnp.stack([jnp.stack([jnp.sum(buf_SBTD[s].astype(jnp.float32) * ct[c], axis=-1)
+                              for s in range(buf_SBTD.shape[0])]) for c in range(w.shape[0])])   # [C, S, B, T]
+  return d_buf.astype(buf_SBTD.dtype), reference.slot_weight_grad(d_w, w_CSBT)
+
+
+slot_weighted.defvjp(_slot_weighted_fwd, _slot_weighted_bwd)

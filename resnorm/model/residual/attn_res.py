@@ -55,16 +55,17 @@ class DepthAttention(nn.Module):
   def __call__(self, store: Store, valid_S, partial_slot=None, use_partial=False):
     eps, dt = self.cfg.norm_eps, store.buf.dtype
     w_D = self.param("query", nn.initializers.zeros, (store.buf.shape[-1],))
-    z_BTS = jnp.where(valid_S[None, None], store.rms_logits(w_D, eps), -jnp.inf)
+    z_SBT = jnp.where(valid_S[:, None, None], store.rms_logits(w_D, eps), -jnp.inf)
     if partial_slot is None:
-      a_BTS = jax.nn.softmax(z_BTS, axis=-1)
-      return store.weighted(a_BTS[:, :, None])[:, :, 0].astype(dt), a_BTS
+      a_SBT = jax.nn.softmax(z_SBT, axis=0)
+      return store.weighted(a_SBT[None])[0].astype(dt), jnp.moveaxis(a_SBT, 0, -1)
     p_BTD = store.x
-    z_p = jnp.where(use_partial, jnp.moveaxis(rms_logit(p_BTD[None], w_D, eps), 0, -1), -jnp.inf)  # [B, T, 1]
-    a = jax.nn.softmax(jnp.concatenate([z_BTS, z_p], axis=-1), axis=-1)
-    a_BTS, a_p = a[:, :, :-1], a[:, :, -1:]
-    h_BTD = store.weighted(a_BTS[:, :, None])[:, :, 0] + a_p * p_BTD.astype(jnp.float32)
-    return h_BTD.astype(dt), a_BTS + a_p * (jnp.arange(store.num_slots) == partial_slot)[None, None]
+    z_p = jnp.where(use_partial, rms_logit(p_BTD[None], w_D, eps), -jnp.inf)             # [1, B, T]
+    a = jax.nn.softmax(jnp.concatenate([z_SBT, z_p], axis=0), axis=0)
+    a_SBT, a_p = a[:-1], a[-1]
+    h_BTD = store.weighted(a_SBT[None])[0] + a_p[..., None] * p_BTD.astype(jnp.float32)
+    a_BTS = jnp.moveaxis(a_SBT, 0, -1) + a_p[..., None] * (jnp.arange(store.num_slots) == partial_slot)[None, None]
+    return h_BTD.astype(dt), a_BTS
 
 
 class AttnResSublayer(nn.Module):
@@ -86,7 +87,7 @@ class AttnResSublayer(nn.Module):
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   buf = jnp.concatenate([x_BTD[None], jnp.zeros((num_blocks(cfg), b, t, d), x_BTD.dtype)], axis=0)
-  return Store(x=jnp.zeros_like(x_BTD), buf=buf)
+  return Store(x=jnp.zeros_like(x_BTD), buf=buf, kernels=cfg.kernels)
 
 
 def _finish(cfg, store: Store):

@@ -69,14 +69,14 @@ def _x_from_store(cfg, params, buf_SBTD, l):
   """Y_l, block l's input, from the final store: X_0 for block 0, else the DWA after block l (block l-1's alpha).
   The slots past l hold later outputs, read with weight 0, as the forward read zeros there."""
   alpha = jax.lax.dynamic_index_in_dim(params["after_block"]["alpha"], jnp.maximum(l - 1, 0), keepdims=False)
-  store = Store(x=None, buf=buf_SBTD)
+  store = Store(x=None, buf=buf_SBTD, kernels=cfg.kernels)
   return jnp.where(l == 0, store.slot(0), dwa_output(cfg, store, alpha, l))
 
 
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   empty = jnp.zeros((cfg.num_layers, b, t, d), x_BTD.dtype)
-  return Store(x=x_BTD, buf=jnp.concatenate([x_BTD[None], empty], axis=0))
+  return Store(x=x_BTD, buf=jnp.concatenate([x_BTD[None], empty], axis=0), kernels=cfg.kernels)
 
 
 def _finish(cfg, store: Store):

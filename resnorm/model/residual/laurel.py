@@ -93,7 +93,7 @@ def _start(cfg, x_BTD):
   k = cfg.laurel.pa_k
   if k - 1 <= WINDOW_MAX:
     return jnp.concatenate([x_BTD[:, :, None], jnp.zeros((b, t, k - 1, d), x_BTD.dtype)], axis=2)
-  return Store(x=x_BTD, buf=jnp.zeros((2 * cfg.num_layers + k - 1, b, t, d), x_BTD.dtype))
+  return Store(x=x_BTD, buf=jnp.zeros((2 * cfg.num_layers + k - 1, b, t, d), x_BTD.dtype), kernels=cfg.kernels)
 
 
 def _finish(cfg, state):

@@ -65,12 +65,12 @@ class MuddAttn(nn.Module):
   def __call__(self, store: Store, branch, norm, layer, sub):
     num, dt = self.cfg.num_layers, store.buf.dtype
     a_BTCJ = DenseWeights(self.cfg, WAYS, num, name="dense")(store.slot(layer), layer)
-    w_BTCS = jnp.pad(a_BTCJ, ((0, 0), (0, 0), (0, 0), (0, store.num_slots - num)))
-    streams = store.weighted(w_BTCS).astype(dt)
+    w_CSBT = jnp.pad(jnp.transpose(a_BTCJ, (2, 3, 0, 1)), ((0, 0), (0, store.num_slots - num), (0, 0), (0, 0)))
     first = layer == 0
-    x0 = store.slot(0)[:, :, None]
-    streams = jnp.where(first, jnp.broadcast_to(x0, streams.shape), streams)        # block 0: X_0 x 4
-    q, k, v, r = (streams[:, :, c] for c in range(WAYS))
+    # block 0: X_0 x 4, as weight 1 on slot 0 (a select on the store-sized streams would cost a pass of its own)
+    w_CSBT = jnp.where(first, (jnp.arange(store.num_slots) == 0)[None, :, None, None].astype(w_CSBT.dtype), w_CSBT)
+    streams_CBTD = store.weighted(w_CSBT).astype(dt)
+    q, k, v, r = (streams_CBTD[c] for c in range(WAYS))
     f_BTD = branch(norm(q), kv_BTD=(norm(k), norm(v)))
     taps = {"u": r, "f": f_BTD, "dense": jnp.where(first, jnp.nan, a_BTCJ)}
     return store.with_x(r + f_BTD), taps
@@ -92,13 +92,13 @@ class MuddMLP(nn.Module):
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   buf = jnp.concatenate([x_BTD[None], jnp.zeros((cfg.num_layers, b, t, d), x_BTD.dtype)], axis=0)
-  return Store(x=x_BTD, buf=buf)
+  return Store(x=x_BTD, buf=buf, kernels=cfg.kernels)
 
 
 def _finish(cfg, store: Store):
   num = cfg.num_layers
   a = DenseWeights(cfg, 1, num + 1, name="final_dense")(store.slot(num), num)
-  return store.weighted(a).astype(store.buf.dtype)[:, :, 0]
+  return store.weighted(jnp.transpose(a, (2, 3, 0, 1))).astype(store.buf.dtype)[0]
 
 
 def _da_params(d, ways, sources):
