@@ -127,3 +127,16 @@ def test_model_same_function_under_both_kernel_sets(name):
   np.testing.assert_allclose(l1, l2, rtol=1e-6)
   for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel_set", [reference, xla_cpu])
+def test_slot_weighted_reads_a_bfloat16_store_with_float32_weights(kernel_set):
+  """The store may be bfloat16, its weights (softmax probabilities, gates) are float32 and stay so: the sum equals a
+  float64 sum over the store's exact values to float32 precision, not to bfloat16's."""
+  ks = jax.random.split(jax.random.key(3), 2)
+  buf = jax.random.normal(ks[0], (5, 2, 6, 8)).astype(jnp.bfloat16)
+  w = jax.random.uniform(ks[1], (2, 5, 2, 6)) / 5.0
+  want = np.einsum("csbt,sbtd->cbtd", np.asarray(w, np.float64), np.asarray(buf.astype(jnp.float32), np.float64))
+  got = kernel_set.slot_weighted(buf, w)
+  assert got.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=1e-5, atol=1e-6)
