@@ -1,0 +1,101 @@
+"""The placements that read earlier outputs (resnorm/model/residual/attn_res.py, mudd.py, denseformer.py,
+laurel.py): their inits against their papers, and what each one reads."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import init_and_apply, tiny_config
+from resnorm.config import configlib
+from resnorm.step import step
+
+
+def _logits(cfg, seed=0):
+  _, params, _, logits = init_and_apply(cfg, seed)
+  return logits, params
+
+
+def test_laurel_init_is_identity_leaning():
+  """RW's logits start at 0; LR's B and PA's gains at 0 (they add nothing at init); A column orthogonal."""
+  from resnorm.model.residual.laurel import column_orthogonal
+  _, params = _logits(tiny_config("laurel", 2))
+  res = params["blocks"]["attn_res"]
+  np.testing.assert_array_equal(res["rw_logits"], 0.0)
+  np.testing.assert_array_equal(res["up"], 0.0)
+  np.testing.assert_array_equal(res["pa_gain"], 0.0)
+  a = np.asarray(column_orthogonal(None, (32, 4)), np.float64)
+  assert np.count_nonzero(a) == 32 and a[5, 1] == pytest.approx(1 / np.sqrt(128)) and a[5, 0] == 0
+  np.testing.assert_allclose(a.T @ a, np.eye(4) * 8 / 128)
+  np.testing.assert_array_equal(res["down"][0], a)
+
+
+def test_mudd_init_reads_the_newest_output_through_every_way():
+  """MUDDFormer Sec. 3: W2 = 0 and a_l one-hot on the newest source (layer l's a[c, l] = 1), the last DA's on X_L;
+  W1 ~ N(0, 1/D)."""
+  layers = 4
+  _, params = _logits(tiny_config("mudd", layers))
+  dense = params["blocks"]["attn_res"]["dense"]
+  np.testing.assert_array_equal(dense["w2"], 0.0)
+  want = np.zeros((layers, 4, layers))
+  for l in range(layers):
+    want[l, :, l] = 1.0
+  np.testing.assert_array_equal(dense["bias"], want)
+  np.testing.assert_array_equal(params["final_dense"]["bias"], np.eye(layers + 1)[-1:])
+  assert 0.8 < float(np.std(dense["w1"])) * np.sqrt(32) < 1.2
+
+
+@pytest.mark.parametrize("layers,k,p", [(6, 1, 1), (7, 2, 1), (8, 3, 2), (5, 1, 5)])
+def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
+  """DWAModules (epfml/DenseFormer): X_j goes to accumulator j % k at position j // k; after block i (1-based, a DWA
+  iff i % p == 0) the weights cover accumulator i % k up to position i // k, (i + k) // k of them."""
+  from resnorm.model.residual.denseformer import dwa_mask, dwa_weights_used
+  cfg = configlib.model_config(tiny_config("denseformer", layers, **{"model.denseformer.dilation": k,
+                                                                    "model.denseformer.period": p}))
+  used = 0
+  for i in range(1, layers + 1):
+    group = [g * k + i % k for g in range(i // k + 1)] if i % p == 0 else []
+    assert sorted(np.flatnonzero(np.asarray(dwa_mask(cfg, i)))) == group, i
+    used += len(group)
+    assert not group or len(group) == (i + k) // k
+  assert dwa_weights_used(cfg) == used
+
+
+def test_attn_res_at_its_init_is_pre_norm_up_to_the_norms_eps():
+  """Pseudo-queries 0: every sublayer reads the mean of its sources, Pre-Norm's sum over their count, which the
+  sublayer's norm and the final norm cancel up to eps (exact as eps -> 0). Full and Block; the same base weights."""
+  for name, over in (("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3})):
+    tight = {"model.norm_eps": 1e-12, **over}
+    ref, _ = _logits(tiny_config("pre_norm", 3, **{"model.norm_eps": 1e-12}))
+    out, _ = _logits(tiny_config(name, 3, **tight))
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+    loose, _ = _logits(tiny_config(name, 3, **over))  # eps 1e-5 against means 1/7 of the sums: visible, small
+    assert 1e-6 < float(jnp.max(jnp.abs(loose - ref))) < 0.1 * float(jnp.max(jnp.abs(ref)))
+
+
+def test_attn_res_block_of_single_sublayers_is_full_attn_res():
+  """N = 2L blocks of one sublayer: Block AttnRes reads exactly Full AttnRes's sources (the partial sum never)."""
+  rng = np.random.default_rng(0)
+  full_cfg = tiny_config("attn_res", 2)
+  mcfg, params, tokens, _ = init_and_apply(full_cfg)
+  params = jax.tree.map(lambda a: a + 0.3 * jnp.asarray(rng.standard_normal(a.shape), a.dtype), params)
+  from conftest import apply_fn
+  block_mcfg = configlib.model_config(tiny_config("attn_res_block", 2, **{"model.attn_res.num_blocks": 4}))
+  np.testing.assert_allclose(apply_fn(block_mcfg)(params, tokens), apply_fn(mcfg)(params, tokens), rtol=1e-6,
+                             atol=1e-6)
+  two = configlib.model_config(tiny_config("attn_res_block", 2, **{"model.attn_res.num_blocks": 2}))
+  assert float(jnp.max(jnp.abs(apply_fn(two)(params, tokens) - apply_fn(mcfg)(params, tokens)))) > 1e-3
+
+
+def test_attn_res_depth_weights_at_init_are_uniform_over_the_sources_each_sublayer_reads():
+  """Full: sublayer l reads the embedding and the l outputs before it, 1/(l+1) each (entropy log(l+1)); Block with
+  N = 2 over 6 sublayers (S = 3): slot 0, then block 1's partial sum from its 2nd sublayer, block 1 once done."""
+  for name, n, want_rows in (
+      ("attn_res", 3, [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(6)]),
+      ("attn_res_block", 3, [[1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0], [1 / 3] * 3, [1 / 3] * 3])):
+    cfg = tiny_config(name, n, **({"model.attn_res.num_blocks": 2} if name == "attn_res_block" else {}))
+    _, params, tokens, _ = init_and_apply(cfg)
+    out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
+        params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
+    np.testing.assert_allclose(np.asarray(out["depth_weights"]), np.array(want_rows, float), atol=1e-6)
+    ent = [-sum(p * np.log(p) for p in row if p > 0) for row in want_rows]
+    np.testing.assert_allclose(np.asarray(out["stats"]["depth_entropy"]), ent, atol=1e-5)
