@@ -97,3 +97,14 @@ def test_a_readme_without_markers_is_refused_in_one_line():
     findings.splice("no markers here", findings.BEGIN, findings.END, ["x"], "README.md")
   text = f"a\n{findings.BEGIN}\nold\n{findings.END}\nb"
   assert findings.splice(text, findings.BEGIN, findings.END, ["new"], "R") == f"a\n{findings.BEGIN}\nnew\n{findings.END}\nb"
+
+
+def test_a_verdict_said_of_both_corpora_must_hold_on_both():
+  """'reproduced on both corpora' of a claim reproduced on one corpus only is refused; the same verdict said of
+  that one corpus, or without naming a corpus, passes."""
+  f = {"numbers": [], "parts": {}, "replication": {}, "corpora": ["pystdlib", "shakespeare"],
+       "claims": {"C4": {"pystdlib": {"opposite"}, "shakespeare": {"reproduced"}}}}
+  assert findings.check("C4 reproduced on Shakespeare.", f) == []
+  assert findings.check("C4 reproduced.", f) == []
+  problems = findings.check("C4 reproduced on both corpora.", f)
+  assert problems and "C4 is not 'reproduced' on both corpora" in problems[0], problems
