@@ -138,13 +138,18 @@ def test_discordant_pairs_are_mcnemars_exact_test():
 def test_the_worst_case_for_a_failed_seed_must_agree():
   """Seeds well above 0 and one failed seed: its worst case (the smallest observed value) still agrees, so the part
   is reproduced. Where the smallest value is below 0, the worst case (p 0.061 against 0.033) undoes the call:
-  undecided, and the row says why."""
+  undecided, and the row says why. An "opposite" call is tested against the largest observed value instead, the
+  mirror image."""
   for xs, want in (([1.0, 1.1, 0.95, 1.05], verdicts.REPRODUCED),
-                   ([0.5, 0.6, 0.55, 0.52, -0.1], verdicts.UNDECIDED)):
+                   ([0.5, 0.6, 0.55, 0.52, -0.1], verdicts.UNDECIDED),
+                   ([-1.0, -1.1, -0.95, -1.05], verdicts.OPPOSITE),
+                   ([-0.5, -0.6, -0.55, -0.52, 0.1], verdicts.UNDECIDED)):
     x = dict(enumerate(xs))
-    part = {"test": verdicts.t_test(list(x.values())), "worst": verdicts.sensitivity(x, [len(xs)])}
-    assert part["worst"]["n"] == len(xs) + 1 and part["worst"]["mean"] == pytest.approx(np.mean(xs + [min(xs)]))
+    part = {"test": verdicts.t_test(list(x.values())), "worst": verdicts.sensitivity(x, [len(xs)]),
+            "worst_high": verdicts.sensitivity(x, [len(xs)], high=True)}
+    least = max(xs) if np.mean(xs) < 0 else min(xs)
     verdicts.finalize([part])
+    assert part["worst"]["n"] == len(xs) + 1 and part["worst"]["mean"] == pytest.approx(np.mean(xs + [least]))
     assert part["p_adj"] < 0.05 and part["verdict"] == want, part
     assert part["worst_verdict"] == want
   assert verdicts.sensitivity({0: 1.0}, []) is None

@@ -101,7 +101,8 @@ def part(R, d, cid, label, what, sign, fn, control: Control = NONE, needs=lambda
   reads_runs = any(touched.values())
   out = {"cid": cid, "label": label, "what": what, "sign": sign, "values": values, "planned": planned,
          "control": control.text, "left_out": left_out, "failed": failed, "missing": missing, "x": x,
-         "test": test, "worst": verdicts.sensitivity(x, failed), "design": design, "reads_runs": reads_runs,
+         "test": test, "worst": verdicts.sensitivity(x, failed),
+         "worst_high": verdicts.sensitivity(x, failed, high=True), "design": design, "reads_runs": reads_runs,
          "recipes": sorted({r for keys in touched.values() for r, _ in keys}, key=repr),
          "failures": _failure_counts(R, touched), "pending": pending}
   out.update(_regime(R, fn, x, sign, design.tol) if reads_runs and design.tol is not None and x else

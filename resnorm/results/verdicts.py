@@ -139,13 +139,14 @@ def tost(changes, tol: float) -> dict | None:
   return {"n": len(x), "mean_change": float(x.mean()), "tol": tol, "p": p, "settled": p < TOST_ALPHA}
 
 
-def sensitivity(x: dict, failed: list) -> dict | None:
+def sensitivity(x: dict, failed: list, high: bool = False) -> dict | None:
   """The worst case for seeds whose arm under test failed where the statistic needs it trained: each such seed at
-  the least favourable difference observed among the others (the smallest sign-adjusted value). Returns the test
-  with those values added, or None when nothing failed."""
+  the least favourable difference observed among the others: the smallest sign-adjusted value against a call that
+  the claim holds, the largest (`high`) against an "opposite" call. Returns the test with those values added, or
+  None when nothing failed."""
   if not failed or not x:
     return None
-  worst = min(x.values())
+  worst = max(x.values()) if high else min(x.values())
   return t_test(list(x.values()) + [worst] * len(failed))
 
 
@@ -233,6 +234,8 @@ def finalize(parts: list[dict]) -> dict:
     p["mde_observed"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
     p["values_verdict"] = PENDING if p.get("pending") else classify(p["ci"], delta, p["selected"])
     if p["values_verdict"] in (REPRODUCED, OPPOSITE) and p.get("worst") is not None:  # must agree
+      if p["values_verdict"] == OPPOSITE and p.get("worst_high") is not None:  # its least favourable is the largest
+        p["worst"] = p["worst_high"]
       w = p["worst"]
       w_adj = min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0))
       p["worst_verdict"] = classify(interval(w, level), delta, w_adj < Q and w["direction"] != 0)
