@@ -125,33 +125,44 @@ def gelu(x):
 def mudd_weights(x, p, ways, i, eps):
   """MUDDFormer (arXiv 2502.12170) Eq. 6, multiway, over the sources j = 0..i: A = GELU(RMSNorm(x) W1) W2 + a,
   [B, T, ways, i + 1], RMSNorm without a gain, hidden width 4 (i+1) for every DA (the last, one way out, too):
-  W1 [D, 4 (i+1)], W2 [4 (i+1), ways (i+1)]. The model stores each layer padded to J sources: W1's first 4 (i+1)
-  columns, W2's rows likewise and its columns c J + j (j <= i), a[c, j <= i]."""
-  j_max = p["bias"].shape[1]
-  h = 4 * (i + 1)
-  w2 = p["w2"][:h].reshape(h, ways, j_max)[:, :, : i + 1].reshape(h, ways * (i + 1))
+  W1 [D, 4 (i+1)], W2 [4 (i+1), ways (i+1)] (column c (i+1) + j), a [ways, i+1]."""
   xn = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
-  a = gelu(xn @ p["w1"][:, :h]) @ w2
-  return a.reshape(x.shape[:2] + (ways, i + 1)) + p["bias"][:, : i + 1]
+  a = gelu(xn @ p["w1"]) @ p["w2"]
+  return a.reshape(x.shape[:2] + (ways, i + 1)) + p["bias"]
+
+
+def mudd_unpack(p, num_layers):
+  """DA_1 .. DA_{L-1}, each at its own shape, from the model's packed params (each DA's block after the one
+  before): W1's columns, W2's entries (row-major [4 (l+1), 4 (l+1)]), a's entries (row-major [4, l+1]). Every
+  entry belongs to exactly one DA."""
+  w1, w2, bias = p["w1"], p["w2"], p["bias"]
+  das, o1, o2 = [], 0, 0
+  for l in range(1, num_layers):
+    h = 4 * (l + 1)
+    das.append({"w1": w1[:, o1:o1 + h], "w2": w2[o2:o2 + h * h].reshape(h, h), "bias": bias[o1:o1 + h].reshape(4, l + 1)})
+    o1, o2 = o1 + h, o2 + h * h
+  assert (o1, o2) == (w1.shape[1], w2.size) == (bias.size, w2.size), "packed DA params: sizes do not add up"
+  return das
 
 
 def mudd(state, c):
   """MUDDFormer Eq. 7 on block l: streams Xbar^c = sum_{j<=l} A_l[c, j] X_j (block 0: the embedding four times),
-  X^A = MHA(N Q, N K, N V) + R, X_{l+1} = FFN(N X^A) + X^A. state = (outputs [X_0 .. X_l], X^A or None)."""
-  outs, xa = state
+  X^A = MHA(N Q, N K, N V) + R, X_{l+1} = FFN(N X^A) + X^A. state = (outputs [X_0 .. X_l], X^A or None, the DAs
+  from mudd_unpack)."""
+  outs, xa, das = state
   if c.kind == "mlp":
-    return outs + [xa + c.f(c.n(xa))], None
+    return outs + [xa + c.f(c.n(xa))], None, das
   l = len(outs) - 1
   if l == 0:
     q = k = v = r = outs[0]
   else:
-    a = mudd_weights(outs[l], c.res["dense"], 4, l, float(c.cfg["norm_eps"]))
+    a = mudd_weights(outs[l], das[l - 1], 4, l, float(c.cfg["norm_eps"]))
     q, k, v, r = (sum(a[:, :, w, j, None] * outs[j] for j in range(l + 1)) for w in range(4))
 
   def hook(q_, k_, v_, rot):
     kk, vv = (np.einsum("btd,dhk->bthk", c.n(x), c.base[name]) for x, name in ((k, "k"), (v, "v")))
     return rot(q_), rot(kk), vv, 1.0 / math.sqrt(q_.shape[-1])
-  return outs, r + attention(c.n(q), c.base, c.cfg, hook)
+  return outs, r + attention(c.n(q), c.base, c.cfg, hook), das
 
 
 def mudd_head(outs, p, cfg):
@@ -253,7 +264,7 @@ def forward(params, cfg, tokens, hybrid_form=None):
   elif name == "value_residual":
     state = (x, None)
   elif name == "mudd":
-    state = ([x], None)
+    state = ([x], None, mudd_unpack(p["dense"], cfg["num_layers"]) if cfg["num_layers"] > 1 else [])
   else:
     state = x
   outs, i = [x], 0                                             # DenseFormer: X_0, X_1, ...

@@ -25,3 +25,30 @@ def test_checkpoint_from_before_the_move_evaluates_the_same(tmp_path, monkeypatc
   assert got["eval_loss"] == pytest.approx(want["eval_loss"], rel=1e-5)
   assert [s["act_rms"] for s in got["sublayers"]] == pytest.approx(want["act_rms"], rel=1e-4)
   assert [s["grad_norm"] for s in got["sublayers"]] == pytest.approx(want["grad_norm"], rel=1e-3)
+
+
+def test_params_of_another_layout_are_refused_in_one_line_and_kept(tmp_path):
+  """A checkpoint of MUDDFormer's earlier layout (every layer's DA padded to the largest, in the blocks; the carry
+  form keeps it) restored into today's model (packed DAs outside the blocks): one InputError naming the param, read
+  from the metadata, and the checkpoint stays where it is (not quarantined as unreadable). The same layout loads."""
+  from carry_placements import carry_variants
+  from conftest import tiny_config
+  from resnorm.core.errors import InputError
+  from resnorm.io import ckpt
+  from resnorm.step import runtime
+  with carry_variants():
+    old = runtime.build(tiny_config("mudd_carry", 3))
+    writer = ckpt.Checkpointer(str(tmp_path / "old"))
+    writer.save(5, old.init_state(), None, {})
+    writer.wait()
+  new = runtime.build(tiny_config("mudd", 3))
+  reader = ckpt.Checkpointer(str(tmp_path / "old"))
+  with pytest.raises(InputError, match=r"step 5 holds params of another layout: params\.blocks\.attn_res\.dense\."
+                                       r"bias is \[3, 4, 3\] there and absent in this model"):
+    reader.restore_latest(new.abstract)
+  assert reader.steps() == [5] and not os.path.exists(str(tmp_path / "old") + ".corrupt")
+  writer = ckpt.Checkpointer(str(tmp_path / "new"))
+  writer.save(2, new.init_state(), None, {})
+  writer.wait()
+  step, (state, _) = ckpt.Checkpointer(str(tmp_path / "new")).restore_latest(new.abstract)
+  assert step == 2 and state["params"]["dense"]["w2"].shape == (16 * (2 * 2 + 3 * 3),)

@@ -2,12 +2,14 @@
 (tests/carry_placements.py) in logits and gradients, the store's reads equal autodiff, and the backward keeps the
 store once (the compiled train step's temporaries grow linearly in depth, where the carry's grow quadratically)."""
 import dataclasses
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import np_reference_placements
 from carry_placements import carry_variants
 from conftest import init_and_apply, tiny_config
 from resnorm.config import configlib
@@ -32,6 +34,23 @@ def _perturbed(params, seed=3):
                                    for a, k in zip(leaves, keys)])
 
 
+def _carry_layout(name, params, cfg):
+  """The carry form's params: MUDDFormer's packed DAs (each at its own shape) padded per layer to the largest
+  (W1 [L, D, 4L], W2 [L, 4L, 4L] with columns c L + j, a [L, 4, L]; zero where a layer reads nothing)."""
+  if name != "mudd":
+    return params
+  num, d = cfg.model.num_layers, cfg.model.d_model
+  w1, w2, a = np.zeros((num, d, 4 * num)), np.zeros((num, 4 * num, 4 * num)), np.zeros((num, 4, num))
+  for l, da in enumerate(np_reference_placements.mudd_unpack(jax.tree.map(np.asarray, params["dense"]), num), 1):
+    h = 4 * (l + 1)
+    w1[l, :, :h] = da["w1"]
+    w2[l, :h] = np.pad(da["w2"].reshape(h, 4, l + 1), ((0, 0), (0, 0), (0, num - l - 1))).reshape(h, 4 * num)
+    a[l, :, :l + 1] = da["bias"]
+  out = {k: v for k, v in params.items() if k != "dense"}
+  out["blocks"] = dict(params["blocks"], attn_res={"dense": {"w1": w1, "w2": w2, "bias": a}})
+  return jax.tree.map(jnp.asarray, out)
+
+
 E2E = pytest.mark.integration  # further settings of a placement: `make test-integration`
 
 
@@ -52,9 +71,11 @@ def test_store_equals_carry(name, over):
     old_cfg = tiny_config(name, 3, **over)
     old_cfg.model.residual = name + "_carry"
     old = configlib.model_config(old_cfg)
-    l_old, g_old = _loss_and_grads(old, params, tokens)
+    l_old, g_old = _loss_and_grads(old, _carry_layout(name, params, cfg), tokens)
   l_new, g_new = _loss_and_grads(mcfg, params, tokens)
   np.testing.assert_allclose(l_new, l_old, rtol=1e-5)
+  g_new = _carry_layout(name, g_new, cfg)
+  assert jax.tree.structure(g_new) == jax.tree.structure(g_old)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_new), jax.tree.leaves(g_old)):
     np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6, err_msg=jax.tree_util.keystr(path))
 
@@ -165,3 +186,36 @@ def test_layer_scan_refuses_a_block_that_keeps_a_copy_of_the_store():
     return jnp.sum(depth_store.layer_scan(body, p, store, jnp.arange(3), ())[0].x)
   with pytest.raises(AssertionError, match="store-sized residual"):
     jax.grad(loss)(jnp.ones((3,)))
+
+
+def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block():
+  """`Store.shared` (params every block reads, MUDDFormer's packed DAs): layer_scan's gradients, for the stacked
+  params and the shared ones, equal plain autodiff of the scan, and its backward keeps the shared params once
+  (the final store's), not once per block, even where a block's own residual is the shared array itself."""
+  buf = jax.random.normal(jax.random.key(0), (4, 1, 2, 3))
+  shared = {"w": jax.random.normal(jax.random.key(1), (13,)), "u": jax.random.normal(jax.random.key(2), (3,))}
+
+  def body(p, st, x, consts):
+    scale = jnp.dot(st.shared["w"], st.shared["w"]) * x          # keeps the shared array itself as a residual
+    y = jnp.tanh(st.x * p + scale * st.shared["u"][None, None])
+    return st.write(x + 1, y).flush().replace(x=y), None
+
+  def loss(run, p, sh):
+    store = depth_store.Store(x=buf[0], buf=buf, shared=sh)
+    final = run(body, p, store)
+    return jnp.sum(final.x ** 2) + jnp.sum(final.buf ** 3)
+
+  def plain(body, p, store):
+    return jax.lax.scan(lambda s, inp: body(inp[0], s, inp[1], ()), store, (p, jnp.arange(3)))[0]
+
+  def scanned(body, p, store):
+    return depth_store.layer_scan(body, p, store, jnp.arange(3), ())[0]
+
+  p = jnp.array([0.5, -1.2, 0.8])
+  want = jax.grad(partial(loss, plain), argnums=(0, 1))(p, shared)
+  got = jax.grad(partial(loss, scanned), argnums=(0, 1))(p, shared)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  _, vjp = jax.vjp(partial(loss, scanned), p, shared)
+  kept = [leaf.shape for leaf in jax.tree.leaves(vjp) if hasattr(leaf, "shape")]
+  assert (13,) in kept and (3, 13) not in kept, kept

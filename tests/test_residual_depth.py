@@ -5,8 +5,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import np_reference_placements
 from conftest import init_and_apply, tiny_config
 from resnorm.config import configlib
+from resnorm.model import residual
+from resnorm.model.residual import mudd
 from resnorm.step import step
 
 
@@ -31,17 +34,21 @@ def test_laurel_init_is_identity_leaning():
 
 def test_mudd_init_reads_the_newest_output_through_every_way():
   """MUDDFormer Sec. 3: W2 = 0 and a_l one-hot on the newest source (layer l's a[c, l] = 1), the last DA's on X_L;
-  W1 ~ N(0, 1/D)."""
+  W1 ~ N(0, 1/D). Each DA_l is stored at its own shape (packed): stored params = params read."""
   layers = 4
-  _, params = _logits(tiny_config("mudd", layers))
-  dense = params["blocks"]["attn_res"]["dense"]
-  np.testing.assert_array_equal(dense["w2"], 0.0)
-  want = np.zeros((layers, 4, layers))
-  for l in range(layers):
-    want[l, :, l] = 1.0
-  np.testing.assert_array_equal(dense["bias"], want)
+  cfg = tiny_config("mudd", layers)
+  _, params = _logits(cfg)
+  assert "attn_res" not in params["blocks"]   # the blocks hold no DA params
+  das = np_reference_placements.mudd_unpack(jax.tree.map(np.asarray, params["dense"]), layers)
+  for l, da in enumerate(das, start=1):
+    assert da["w1"].shape == (32, 4 * (l + 1)) and da["w2"].shape == (4 * (l + 1),) * 2
+    np.testing.assert_array_equal(da["w2"], 0.0)
+    np.testing.assert_array_equal(da["bias"], np.eye(l + 1)[[l] * 4])
   np.testing.assert_array_equal(params["final_dense"]["bias"], np.eye(layers + 1)[-1:])
-  assert 0.8 < float(np.std(dense["w1"])) * np.sqrt(32) < 1.2
+  assert 0.8 < float(np.std(params["dense"]["w1"])) * np.sqrt(32) < 1.2
+  mcfg = configlib.model_config(cfg)
+  own = sum(np.size(v) for k in ("dense", "final_dense") for v in jax.tree.leaves(params[k]))
+  assert own == mudd.mudd_params_used(mcfg) == residual.get("mudd").extra_params(mcfg)
 
 
 @pytest.mark.parametrize("layers,k,p", [(6, 1, 1), (7, 2, 1), (8, 3, 2), (5, 1, 5)])

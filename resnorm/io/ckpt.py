@@ -21,9 +21,15 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from resnorm.core.errors import InputError
 from resnorm.io import storage
 
 TMP_MARK = ".orbax-checkpoint-tmp"  # orbax's suffix for a save not yet committed (STEP.orbax-checkpoint-tmp[-T])
+
+
+def _path_name(path) -> str:
+  """A tree path as Orbax names the array it saves ('params.blocks.attn.w')."""
+  return ".".join(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
 
 def remove_unfinished(directory: str) -> list[str]:
@@ -205,8 +211,33 @@ class Checkpointer:
     custom = getattr(meta, "custom_metadata", None) or {}
     return custom.get("config")
 
+  def layout_mismatch(self, step: int, abstract_state) -> str | None:
+    """Why a step's params cannot be this model's (another variant's, or an earlier parameter layout of this one:
+    names or shapes differ), read from the checkpoint's metadata before any array is; None when they agree or
+    the metadata cannot be read (the restore itself then decides)."""
+    try:
+      meta = self.mngr.item_metadata(step)["state"]
+      stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(meta) if hasattr(m, "shape")}
+    except Exception:  # noqa: BLE001: an unreadable checkpoint is restore_latest's to skip
+      return None
+    want = {_path_name(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}
+    stored, want = ({k: v for k, v in d.items() if k.startswith("params.")} for d in (stored, want))
+    if not stored or stored == want:
+      return None
+    shape = lambda v: "[" + ", ".join(map(str, v)) + "]"
+    for name in sorted(set(stored) | set(want)):
+      if stored.get(name) != want.get(name):
+        there, here = (shape(d[name]) if name in d else "absent" for d in (stored, want))
+        return (f"checkpoint step {step} holds params of another layout: {name} is {there} there and {here} in this "
+                "model (a checkpoint of another variant, or of an earlier parameter layout of this one)")
+    return None
+
   def restore(self, step: int, abstract_state, data_iter=None):
-    """(state, host dict) of one step; the data iterator, if given, is restored in place."""
+    """(state, host dict) of one step; the data iterator, if given, is restored in place. Params of another
+    layout (`layout_mismatch`) raise InputError: such a checkpoint is not corrupt, and is never quarantined."""
+    mismatch = self.layout_mismatch(step, abstract_state)
+    if mismatch:
+      raise InputError(mismatch)
     args = {"state": ocp.args.StandardRestore(abstract_state), "host": ocp.args.JsonRestore()}
     if data_iter is not None:
       args["data"] = IteratorRestore(data_iter)
@@ -220,6 +251,8 @@ class Checkpointer:
         continue
       try:
         return step, self.restore(step, abstract_state, data_iter)
+      except InputError:
+        raise
       except Exception as e:  # noqa: BLE001: any failure to load means this checkpoint is unusable
         print(f"warning: checkpoint step {step} cannot be restored ({_reason(e)}); "
               "falling back to the previous one", file=sys.stderr, flush=True)

@@ -12,6 +12,10 @@ ends (`flush`), so every read inside a block sees the block-start buffer plus th
 version written inside the block. The invariant the placements keep: a slot is read only after its last write
 (a slot may be overwritten, as Block AttnRes's running summary, but no reader sees an intermediate value).
 
+`shared` holds params every block reads and none changes (MUDDFormer's DAs, each packed at its own shape rather than
+stacked at the largest): made once outside the scan, they ride the carry unchanged; the backward reads the final
+store's in their place and carries their cotangent, summed over blocks.
+
 `layer_scan` is the scan over blocks with a custom VJP. Its forward runs the blocks and keeps, per block, the
 block's own residuals (what `model.remat`'s policy saves), but neither its params (already stacked) nor the
 block-start buffer: every reader reads a slot
@@ -69,10 +73,13 @@ _rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
 @flax.struct.dataclass
 class Store:
   """A placement's state: `x` (rides the carry), `buf` [S, B, T, D] (the slots), `fresh` ((slot, value), ...),
-  this block's writes, which `flush` puts into `buf` at the block's end (empty between blocks)."""
+  this block's writes, which `flush` puts into `buf` at the block's end (empty between blocks), and `shared`, params
+  every block reads and none changes (MUDDFormer's packed DA weights), made once outside the scan so that their
+  layout need not be one shape per layer; their gradient is the sum over blocks, carried by the backward."""
   x: Any
   buf: jax.Array
   fresh: tuple = ()
+  shared: Any = None
   kernels: str = flax.struct.field(pytree_node=False, default="auto")   # model.kernels: the weighted reads' form
 
   @property
@@ -154,9 +161,12 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None):
       leaves, treedef = jax.tree_util.tree_flatten(vjp)
       p_leaves = jax.tree.leaves(p)
       # where each residual comes from in the backward: the final store (-1), this block's params (their index),
-      # or the residuals kept per block (None). The params are already stacked: keeping them again would copy them.
+      # the store's shared params (-3 - their index), or the residuals kept per block (None). The params are already
+      # stacked and the shared ones are the final store's: keeping them again would copy them.
+      shared = jax.tree.leaves(s.shared)
       source = tuple(-1 if leaf is s.buf else -2 if x_of is not None and leaf is s.x
-                     else next((i for i, q in enumerate(p_leaves) if leaf is q), None) for leaf in leaves)
+                     else next((-3 - i for i, q in enumerate(shared) if leaf is q),
+                               next((i for i, q in enumerate(p_leaves) if leaf is q), None)) for leaf in leaves)
       shape = (s.buf.shape, s.buf.dtype)
       copies = [i for i, leaf in enumerate(leaves) if source[i] is None and (leaf.shape, leaf.dtype) == shape]
       if copies:
@@ -165,18 +175,19 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None):
       meta["treedef"], meta["source"] = treedef, source
       return out[0], (out[1], [leaf for leaf, src in zip(leaves, source) if src is None])
     final, (ys, kept) = jax.lax.scan(step, store, (params, xs))
-    return (final, ys), (params, kept, final.buf)
+    return (final, ys), (params, kept, final.buf, final.shared)
 
   def bwd(res, cts):
-    params, kept, buf = res
+    params, kept, buf, shared = res
+    shared = jax.tree.leaves(shared)
     ct_store, ct_ys = cts
 
     def step(ct_s, inp):
       p, kept_l, ct_y, l = inp
       it, p_leaves = iter(kept_l), jax.tree.leaves(p)
       x = x_of(params, buf, l) if -2 in meta["source"] else None
-      leaves = [next(it) if src is None else buf if src == -1 else x if src == -2 else p_leaves[src]
-                for src in meta["source"]]
+      leaves = [next(it) if src is None else buf if src == -1 else x if src == -2
+                else shared[-3 - src] if src <= -3 else p_leaves[src] for src in meta["source"]]
       vjp = jax.tree_util.tree_unflatten(meta["treedef"], leaves)
       d_p, d_s = vjp((ct_s, ct_y))
       return d_s, d_p

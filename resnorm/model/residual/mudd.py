@@ -21,15 +21,19 @@ hidden layer 4x and rounds widths up to multiples of 64; here the widths are the
 weight-decayed, the static a_l (gates) are not; the authors' code decays everything. The FFN width schedule of
 Eq. 9 and PrePostDANorm (Eq. 10) are not built.
 
-The params are stacked over layers, so each layer stores the largest shape (L sources, hidden 4L) and masks what
-it does not read (DenseFormer's layout); block 0's DA is stored and unused. The state is a depth store
-(resnorm.model.depth_store): slot j holds X_j (j = 0..L), written once by block j - 1's MLP; the attention
-sublayer's X^A rides the carry as the store's `x`. Memory per token: the store, (L + 1) D, kept once by the
-backward, plus per block its own activations, its four streams (4 D) and its DA's hidden units and weights.
+Each DA_l (l >= 1) is stored once at its own shape, packed (`PackedDense`, outside the blocks; the depth store hands
+it to every block as `Store.shared`): stored params = params read. A block gathers its DA into the largest shape
+(L sources, hidden 4L) and masks the rest, so one scanned body serves every layer (the compute is padded, the params
+are not). The state is a depth store (resnorm.model.depth_store): slot j holds X_j (j = 0..L), written once by block
+j - 1's MLP; the attention sublayer's X^A rides the carry as the store's `x`. Memory per token: the store, (L + 1) D, kept once by the
+backward, plus per block its own activations and its four streams (4 D); the DA is recomputed in the backward.
 """
+from functools import partial
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from resnorm.model.depth_store import Store
 from resnorm.model.residual.base import Variant, register
@@ -37,24 +41,70 @@ from resnorm.model.residual.base import Variant, register
 WAYS = 4  # Q, K, V, R
 
 
-class DenseWeights(nn.Module):
-  """A [B, T, ways, J] = GELU(RMSNorm(x) W1) W2 + a over sources j <= i (zero beyond), hidden units < 4 (i+1)."""
+def dense_weights(x_BTD, w1_DH, w2_HK, a_CJ, i, eps):
+  """A [B, T, ways, J] = GELU(RMSNorm(x) W1) W2 + a over sources j <= i (zero beyond), float32; W1's hidden units
+  beyond 4 (i + 1) are masked, W2's columns are c J + j."""
+  (c, j_max), h = a_CJ.shape, w1_DH.shape[1]
+  x = x_BTD.astype(jnp.float32)
+  x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + eps)
+  hid = jax.nn.gelu(x @ w1_DH, approximate=True) * (jnp.arange(h) < WAYS * (i + 1))[None, None]
+  dyn = (hid @ w2_HK).reshape(x_BTD.shape[:2] + (c, j_max))
+  return jnp.where((jnp.arange(j_max) <= i)[None, None, None], dyn + a_CJ[None, None], 0.0)
+
+
+def packed_offsets(l):
+  """Where DA_l (l >= 1, l + 1 sources, hidden width 4 (l + 1)) starts in the packed params: W1's columns and a's
+  entries at 4 sum_{m=1}^{l-1} (m + 1) = 2 l (l + 1) - 4, W2's entries at 16 sum_{m=1}^{l-1} (m + 1)^2 (works on
+  traced ints; l = L gives the totals)."""
+  return 2 * l * (l + 1) - 4, 16 * (l * (l + 1) * (2 * l + 1) // 6 - 1)
+
+
+class PackedDense(nn.Module):
+  """DA_1 .. DA_{L-1} packed, each at its own shape: W1 [D, sum 4 (l+1)] (DA_l's block of columns), W2 flat
+  (DA_l's [4 (l+1), 4 (l+1)] row-major, columns c (l+1) + j) and a flat (DA_l's [4, l+1] row-major). Init (Sec. 3):
+  W1 ~ N(0, 1/D), W2 = 0, a_l one-hot on the newest source."""
   cfg: object
-  ways: int
-  sources: int
 
   @nn.compact
-  def __call__(self, x_BTD, i):
-    c, j_max, d = self.ways, self.sources, x_BTD.shape[-1]
-    w1 = self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
-                    (d, WAYS * j_max))
-    w2 = self.param("w2", nn.initializers.zeros, (WAYS * j_max, c * j_max))
-    a = self.param("bias", lambda _rng, shape: jnp.broadcast_to(jax.nn.one_hot(i, j_max), shape), (c, j_max))
-    x = x_BTD.astype(jnp.float32)
-    x = x * jax.lax.rsqrt(jnp.mean(jnp.square(x), axis=-1, keepdims=True) + self.cfg.norm_eps)
-    h = jax.nn.gelu(x @ w1, approximate=True) * (jnp.arange(WAYS * j_max) < WAYS * (i + 1))[None, None]
-    dyn = (h @ w2).reshape(x_BTD.shape[:2] + (c, j_max))
-    return jnp.where((jnp.arange(j_max) <= i)[None, None, None], dyn + a[None, None], 0.0)  # [B, T, ways, J] f32
+  def __call__(self):
+    num, d = self.cfg.num_layers, self.cfg.d_model
+    cols, entries = packed_offsets(num)
+
+    def newest(_rng, shape):
+      a = np.zeros(shape, np.float32)
+      for l in range(1, num):
+        a[packed_offsets(l)[0] + np.arange(WAYS) * (l + 1) + l] = 1.0
+      return jnp.asarray(a)
+    return {"w1": self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
+                             (d, cols)),
+            "w2": self.param("w2", nn.initializers.zeros, (entries,)),
+            "bias": self.param("bias", newest, (cols,))}
+
+
+def _window(packed, l, num):
+  """DA_l's params at the layer-uniform padded shape the scanned block computes with: W1 [D, 4L], W2 [4L, 4L]
+  (columns c L + j), a [4, L]; zero outside DA_l's own block (gathers whose gradient lands on DA_l's entries only)."""
+  h, c, j = np.arange(WAYS * num), np.arange(WAYS)[:, None], np.arange(num)[None, :]
+  off1, off2 = packed_offsets(jnp.maximum(l, 1))
+  n_h = WAYS * (l + 1)
+  keep_CJ = jnp.broadcast_to(j <= l, (WAYS, num))
+
+  def take(v, idx, keep):  # out-of-range index -> 0 (and no gradient)
+    return jnp.take(v, jnp.where(keep, idx, v.shape[-1]), axis=-1, mode="fill", fill_value=0)
+  w1 = take(packed["w1"], off1 + h, h < n_h)
+  col_K = (c * (l + 1) + j).reshape(-1)                                  # DA_l's column of padded column c L + j
+  w2 = take(packed["w2"], off2 + h[:, None] * n_h + col_K[None], (h[:, None] < n_h) & keep_CJ.reshape(1, -1))
+  a = take(packed["bias"], off1 + c * (l + 1) + j, keep_CJ)
+  return w1, w2, a
+
+
+@partial(jax.checkpoint, static_argnums=(3, 4), policy=jax.checkpoint_policies.nothing_saveable)
+def _dense_read(buf_SBTD, packed, l, num, eps):
+  """DA_l's A [B, T, 4, L] from X_l (slot l). Recomputed in the backward from the store and the packed params,
+  which the backward keeps anyway, so a block keeps none of its DA: not its gathered weights (4L x 4L, cubic in
+  depth over the blocks), nor its hidden units."""
+  x_BTD = jax.lax.dynamic_index_in_dim(buf_SBTD, l, axis=0, keepdims=False)
+  return dense_weights(x_BTD, *_window(packed, l, num), l, eps)
 
 
 class MuddAttn(nn.Module):
@@ -64,9 +114,13 @@ class MuddAttn(nn.Module):
   @nn.compact
   def __call__(self, store: Store, branch, norm, layer, sub):
     num, dt = self.cfg.num_layers, store.buf.dtype
-    a_BTCJ = DenseWeights(self.cfg, WAYS, num, name="dense")(store.slot(layer), layer)
-    w_CSBT = jnp.pad(jnp.transpose(a_BTCJ, (2, 3, 0, 1)), ((0, 0), (0, store.num_slots - num), (0, 0), (0, 0)))
     first = layer == 0
+    assert not store.fresh, "MuddAttn reads X_l from the flushed buffer"
+    if store.shared is None:   # one block: no DA is read
+      a_BTCJ = jnp.zeros(store.x.shape[:2] + (WAYS, num), jnp.float32)
+    else:
+      a_BTCJ = _dense_read(store.buf, store.shared, layer, num, self.cfg.norm_eps)
+    w_CSBT = jnp.pad(jnp.transpose(a_BTCJ, (2, 3, 0, 1)), ((0, 0), (0, store.num_slots - num), (0, 0), (0, 0)))
     # block 0: X_0 x 4, as weight 1 on slot 0 (a select on the store-sized streams would cost a pass of its own)
     w_CSBT = jnp.where(first, (jnp.arange(store.num_slots) == 0)[None, :, None, None].astype(w_CSBT.dtype), w_CSBT)
     streams_CBTD = store.weighted(w_CSBT).astype(dt)
@@ -89,15 +143,29 @@ class MuddMLP(nn.Module):
     return store.write(layer + 1, xa + f_BTD), taps
 
 
+class FinalDense(nn.Module):
+  """The last DA (Eq. 8): the R way over X_0 .. X_L, hidden width 4 (L + 1)."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, x_BTD):
+    num, d = self.cfg.num_layers, x_BTD.shape[-1]
+    w1 = self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
+                    (d, WAYS * (num + 1)))
+    w2 = self.param("w2", nn.initializers.zeros, (WAYS * (num + 1), num + 1))
+    a = self.param("bias", lambda _rng, shape: jax.nn.one_hot(num, num + 1)[None], (1, num + 1))
+    return dense_weights(x_BTD, w1, w2, a, num, self.cfg.norm_eps)
+
+
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   buf = jnp.concatenate([x_BTD[None], jnp.zeros((cfg.num_layers, b, t, d), x_BTD.dtype)], axis=0)
-  return Store(x=x_BTD, buf=buf, kernels=cfg.kernels)
+  shared = PackedDense(cfg, name="dense")() if cfg.num_layers > 1 else None
+  return Store(x=x_BTD, buf=buf, kernels=cfg.kernels, shared=shared)
 
 
 def _finish(cfg, store: Store):
-  num = cfg.num_layers
-  a = DenseWeights(cfg, 1, num + 1, name="final_dense")(store.slot(num), num)
+  a = FinalDense(cfg, name="final_dense")(store.slot(cfg.num_layers))
   return store.weighted(jnp.transpose(a, (2, 3, 0, 1))).astype(store.buf.dtype)[0]
 
 
@@ -112,12 +180,6 @@ def mudd_params_used(cfg) -> int:
   return sum(_da_params(d, WAYS, l + 1) for l in range(1, num)) + _da_params(d, 1, num + 1)
 
 
-def _params(cfg) -> int:
-  """As stored: every layer at the largest shape (L sources), plus the last DA."""
-  d, num = cfg.d_model, cfg.num_layers
-  return num * _da_params(d, WAYS, num) + _da_params(d, 1, num + 1)
-
-
 def _flops(cfg) -> int:
   """Per token, forward, as computed (padded, masked): per block the DA's two matmuls, its RMSNorm (3 D), GELU and
   the four weighted sums over L sources; and the last DA."""
@@ -129,4 +191,4 @@ def _flops(cfg) -> int:
 
 
 register(Variant("mudd", (MuddAttn, MuddMLP), start=_start, finish=_finish, decay=("w1", "w2"),
-                 extra_params=_params, extra_flops=_flops))
+                 extra_params=mudd_params_used, extra_flops=_flops))
