@@ -64,6 +64,12 @@ def depth_attention(sources, w, eps):
   return sum(a[..., i, None] * v for i, v in enumerate(sources))
 
 
+def attn_res_query(c):
+  """The sublayer's pseudo-query w_l: the model keeps a layer's two (attention's, then the MLP's) as one [2, D]
+  param of the attention sublayer."""
+  return c.res["query"][0 if c.kind == "attn" else 1]
+
+
 def attn_res(state, c):
   """AttnRes, one sublayer: state = (completed block summaries [b_0 = embedding, b_1, ...], the current block's
   partial sum or None, sublayers done). The input attends over the summaries and the partial sum; the output joins
@@ -71,8 +77,7 @@ def attn_res(state, c):
   blocks, partial, done = state
   L = c.cfg["num_layers"]
   per = 1 if c.cfg["residual"] == "attn_res" else 2 * L // c.cfg["attn_res"]["num_blocks"]
-  h = depth_attention(blocks + ([partial] if partial is not None else []), c.res["depth"]["query"],
-                      float(c.cfg["norm_eps"]))
+  h = depth_attention(blocks + ([partial] if partial is not None else []), attn_res_query(c), float(c.cfg["norm_eps"]))
   f = c.f(c.n(h))
   partial = f if partial is None else partial + f
   done += 1
@@ -284,6 +289,8 @@ def forward(params, cfg, tokens, hybrid_form=None):
         own = f"{kind_name}_norm"
         nrm = (lambda h, q=lp[own]: norm(h, q, kind, eps)) if own in lp else None
         res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
+        if name in ("attn_res", "attn_res_block"):
+          res = lp["attn_res"]                                 # both sublayers' pseudo-queries
         state = fn(state, _Ctx(f, nrm, res, cfg, kind_name, base))
       if name == "denseformer":
         outs.append(state)

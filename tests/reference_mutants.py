@@ -73,7 +73,7 @@ def _depth_attention_scaled(sources, w, eps):  # a 1/sqrt(D) temperature, as tok
 def _attn_res_partial_never_read(state, c):  # Block: the current block's partial sum left out of the sources
   blocks, partial, done = state
   per = 2 * c.cfg["num_layers"] // c.cfg["attn_res"]["num_blocks"]
-  f = c.f(c.n(_REAL_DEPTH(blocks, c.res["depth"]["query"], float(c.cfg["norm_eps"]))))
+  f = c.f(c.n(_REAL_DEPTH(blocks, np_reference_placements.attn_res_query(c), float(c.cfg["norm_eps"]))))
   partial, done = (f if partial is None else partial + f), done + 1
   return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
 

@@ -36,7 +36,12 @@ def _perturbed(params, seed=3):
 
 def _carry_layout(name, params, cfg):
   """The carry form's params: MUDDFormer's packed DAs (each at its own shape) padded per layer to the largest
-  (W1 [L, D, 4L], W2 [L, 4L, 4L] with columns c L + j, a [L, 4, L]; zero where a layer reads nothing)."""
+  (W1 [L, D, 4L], W2 [L, 4L, 4L] with columns c L + j, a [L, 4, L]; zero where a layer reads nothing); Attention
+  Residuals' per-layer pair of pseudo-queries [L, 2, D] split into one per sublayer."""
+  if name in ("attn_res", "attn_res_block"):
+    q = params["blocks"]["attn_res"]["query"]
+    return dict(params, blocks=dict(params["blocks"], attn_res={"depth": {"query": q[:, 0]}},
+                                    mlp_res={"depth": {"query": q[:, 1]}}))
   if name != "mudd":
     return params
   num, d = cfg.model.num_layers, cfg.model.d_model
@@ -146,14 +151,14 @@ def _dense(store):
 def test_store_reads_equal_plain_reads_in_value_and_gradient(kernels):
   store = _store().replace(kernels=kernels)
   w = jax.random.normal(jax.random.key(7), (2, 5, 2, 3))                         # [C, S, B, T]
-  q = jax.random.normal(jax.random.key(8), (4,))
+  q = jax.random.normal(jax.random.key(8), (2, 4))                              # two pseudo-queries [C, D]
   def reads(st, w, q):
     return (st.weighted(w), st.weighted_shared(w[0, :, 0, 0]), st.rms_logits(q, 1e-5), st.slot(3))
   def plain(st, w, q):
     v = _dense(st)
     k = v * jax.lax.rsqrt(jnp.mean(v * v, axis=-1, keepdims=True) + 1e-5)
     return (jnp.einsum("csbt,btsd->cbtd", w, v), jnp.einsum("s,btsd->btd", w[0, :, 0, 0], v),
-            jnp.einsum("btsd,d->sbt", k, q), v[:, :, 3])
+            jnp.einsum("btsd,cd->csbt", k, q), v[:, :, 3])
   for a, b in zip(reads(store, w, q), plain(store, w, q)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   def scalar(f):

@@ -106,3 +106,35 @@ def test_attn_res_depth_weights_at_init_are_uniform_over_the_sources_each_sublay
     np.testing.assert_allclose(np.asarray(out["depth_weights"]), np.array(want_rows, float), atol=1e-6)
     ent = [-sum(p * np.log(p) for p in row if p > 0) for row in want_rows]
     np.testing.assert_allclose(np.asarray(out["stats"]["depth_entropy"]), ent, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,use,scale", [(0, True, 1.0), (3, True, 1.0), (5, False, 1.0), (2, True, 300.0)])
+def test_attn_res_two_phases_equal_one_softmax_over_every_source(n, use, scale):
+  """Attention Residuals Sec. 3.2: phase 1 (the queries against the complete slots 0..n, one pass) and phase 2 (one
+  more source by online softmax) equal one softmax over all of a sublayer's sources, in float64, for both queries,
+  with the weights [B, T, S] summing to 1 (p's at its slot); logits of +-hundreds neither overflow nor NaN."""
+  from resnorm.model.depth_store import Store
+  from resnorm.model.residual import attn_res
+  keys = jax.random.split(jax.random.key(n), 4)
+  buf = jax.random.normal(keys[0], (6, 2, 3, 8)) * jnp.arange(1.0, 7.0)[:, None, None, None]
+  p = jax.random.normal(keys[1], (2, 3, 8))
+  w = jax.random.normal(keys[2], (2, 8)) * scale
+  valid = jnp.arange(6) <= n
+  stats = attn_res.depth_stats(Store(x=p, buf=buf), w, valid, 1e-6)
+  for c in range(2):
+    h, a = attn_res.merge(stats, c, p, use, w[c], 1e-6, n + 1)
+    src = [np.asarray(buf[s], np.float64) for s in range(n + 1)] + ([np.asarray(p, np.float64)] if use else [])
+    z = np.stack([(v / np.sqrt((v ** 2).mean(-1, keepdims=True) + 1e-6)) @ np.asarray(w[c], np.float64)
+                  for v in src], -1)
+    e = np.exp(z - z.max(-1, keepdims=True))
+    e /= e.sum(-1, keepdims=True)
+    want = sum(e[..., i, None] * v for i, v in enumerate(src))
+    np.testing.assert_allclose(h, want, rtol=2e-4, atol=2e-5)
+    want_a = np.zeros((2, 3, 6))
+    want_a[..., : n + 1] = e[..., : n + 1]
+    if use:
+      want_a[..., n + 1] = e[..., n + 1]
+    np.testing.assert_allclose(a, want_a, rtol=2e-4, atol=1e-6)
+  g = jax.grad(lambda w: jnp.sum(attn_res.merge(attn_res.depth_stats(Store(x=p, buf=buf), w, valid, 1e-6), 1, p,
+                                                use, w[1], 1e-6, n + 1)[0] ** 2))(w)
+  assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.abs(g).max()) > 0

@@ -35,36 +35,40 @@ from typing import Any
 import flax.struct
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from resnorm.model import kernels
 
 
-def rms_logit(v_SBTD, q_D, eps):
-  """z[s,b,t] = q . RMSNorm(v[s,b,t]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2)."""
-  v = v_SBTD.astype(jnp.float32)
-  k = v * jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1, keepdims=True) + eps)
-  return jnp.einsum("sbtd,d->sbt", k, q_D.astype(jnp.float32))
+def rms_logit(v_SBTD, q_CD, eps):
+  """z[c,s,b,t] = q_c . RMSNorm(v[s,b,t]) (no gain), float32: Attention Residuals' phi(w, k) logit (Eq. 2), for C
+  pseudo-queries at once (each key normalized once)."""
+  v, q = v_SBTD.astype(jnp.float32), q_CD.astype(jnp.float32)
+  r = jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1) + eps)
+  # one matrix-vector product per query (XLA:CPU runs a [S B T, D] x [D, C] dot with C = 2 several times slower)
+  return jnp.stack([r * jnp.einsum("sbtd,d->sbt", v, q[c]) for c in range(q.shape[0])])
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _rms_logits(buf_SBTD, q_D, eps):
-  return rms_logit(buf_SBTD, q_D, eps)
+def _rms_logits(buf_SBTD, q_CD, eps):
+  return rms_logit(buf_SBTD, q_CD, eps)
 
 
-def _rms_logits_fwd(buf_SBTD, q_D, eps):
-  return _rms_logits(buf_SBTD, q_D, eps), (buf_SBTD, q_D)
+def _rms_logits_fwd(buf_SBTD, q_CD, eps):
+  return _rms_logits(buf_SBTD, q_CD, eps), (buf_SBTD, q_CD)
 
 
-def _rms_logits_bwd(eps, res, ct_SBT):
-  # z = r (q.v), r = (mean v^2 + eps)^-1/2: dz/dv = r q - r^3 (q.v) v / D; dz/dq = r v
-  buf_SBTD, q_D = res
-  v, q = buf_SBTD.astype(jnp.float32), q_D.astype(jnp.float32)
+def _rms_logits_bwd(eps, res, ct_CSBT):
+  # z_c = r (q_c.v), r = (mean v^2 + eps)^-1/2: dz_c/dv = r q_c - r^3 (q_c.v) v / D; dz_c/dq_c = r v
+  buf_SBTD, q_CD = res
+  v, q = buf_SBTD.astype(jnp.float32), q_CD.astype(jnp.float32)
   r = jax.lax.rsqrt(jnp.mean(jnp.square(v), axis=-1) + eps)
-  qv = jnp.einsum("sbtd,d->sbt", v, q)
-  g = ct_SBT.astype(jnp.float32) * r
-  d_v = g[..., None] * q[None, None, None] - (g * r * r * qv / v.shape[-1])[..., None] * v
-  d_q = jnp.einsum("sbt,sbtd->d", g, v)
-  return d_v.astype(buf_SBTD.dtype), d_q.astype(q_D.dtype)
+  g = ct_CSBT.astype(jnp.float32) * r[None]
+  qv = [jnp.einsum("sbtd,d->sbt", v, q[c]) for c in range(q.shape[0])]
+  radial = sum(g[c] * qv[c] for c in range(q.shape[0])) * r * r / v.shape[-1]
+  d_v = sum(g[c][..., None] * q[c][None, None, None] for c in range(q.shape[0])) - radial[..., None] * v
+  d_q = jnp.stack([jnp.einsum("sbt,sbtd->d", g[c], v) for c in range(q.shape[0])])
+  return d_v.astype(buf_SBTD.dtype), d_q.astype(q_CD.dtype)
 
 
 _rms_logits.defvjp(_rms_logits_fwd, _rms_logits_bwd)
@@ -80,6 +84,7 @@ class Store:
   buf: jax.Array
   fresh: tuple = ()
   shared: Any = None
+  pending: Any = None     # what one sublayer computed for a later one of the same block (dropped at `flush`)
   kernels: str = flax.struct.field(pytree_node=False, default="auto")   # model.kernels: the weighted reads' form
 
   @property
@@ -96,7 +101,7 @@ class Store:
     buf = self.buf
     for slot, value in self.fresh:
       buf = jax.lax.dynamic_update_index_in_dim(buf, value, slot, axis=0)
-    return self.replace(buf=buf, fresh=())
+    return self.replace(buf=buf, fresh=(), pending=None)
 
   def _stale_S(self):
     """[S] float: 0 at the slots written in this block (their values are fresh), else 1."""
@@ -112,18 +117,18 @@ class Store:
     for slot, value in self.fresh:
       w = jax.lax.dynamic_index_in_dim(w_CSBT, slot, axis=1, keepdims=False)           # [C, B, T]
       out = out + w[..., None] * value[None].astype(jnp.float32)
-    return out
+    return checkpoint_name(out, "depth_read")       # kept, not recomputed, under model.remat=dots
 
   def weighted_shared(self, w_S) -> jax.Array:
     """[B, T, D] float32: sum_s w[s] v_s, one weight per slot for every token."""
     return self.weighted(w_S[None, :, None, None])[0]
 
-  def rms_logits(self, q_D, eps) -> jax.Array:
-    """[S, B, T] float32: q . RMSNorm(v_s) for every slot (fresh ones from their values)."""
-    z = _rms_logits(self.buf, q_D, eps)
+  def rms_logits(self, q_CD, eps) -> jax.Array:
+    """[C, S, B, T] float32: q_c . RMSNorm(v_s) for every slot (fresh ones from their values)."""
+    z = _rms_logits(self.buf, q_CD, eps)
     for slot, value in self.fresh:
-      z_new = rms_logit(value[None], q_D, eps)                                         # [1, B, T]
-      z = jnp.where((jnp.arange(self.num_slots) == slot)[:, None, None], z_new, z)
+      z_new = rms_logit(value[None], q_CD, eps)                                        # [C, 1, B, T]
+      z = jnp.where((jnp.arange(self.num_slots) == slot)[None, :, None, None], z_new, z)
     return z
 
   def slot(self, i) -> jax.Array:

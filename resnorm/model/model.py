@@ -19,7 +19,10 @@ from resnorm.model.norms import make_norm
 
 REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
-    "dots": jax.checkpoint_policies.dots_saveable,
+    # the depth store's weighted reads (`depth_read`) are contractions over the slots like the dots this policy
+    # keeps; recomputing one re-reads the whole store
+    "dots": jax.checkpoint_policies.save_from_both_policies(jax.checkpoint_policies.dots_saveable,
+                                                            jax.checkpoint_policies.save_only_these_names("depth_read")),
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "save_nothing": jax.checkpoint_policies.nothing_saveable,
 }

@@ -16,9 +16,17 @@ the final norm (Sec. 3.2: "the final output layer aggregates all N block represe
 Block AttnRes (`attn_res_block`, Sec. 3.2): the 2L sublayers form N = `model.attn_res.num_blocks` blocks of
 S = 2L / N; a block's summary b_n is the sum of its sublayers' outputs, b_0 the embedding. Sublayer i of block n
 attends over b_0 .. b_{n-1} and, from its second sublayer on, the partial sum of block n. Full AttnRes is the case
-S = 1, so both are this one module, on a depth store (resnorm.model.depth_store): slot 0 the embedding, slot n + 1
+S = 1, so both are these modules, on a depth store (resnorm.model.depth_store): slot 0 the embedding, slot n + 1
 block n's summary, each written once it is complete (Block: rewritten after each of its sublayers, read only by
 later blocks); the running partial sum of the current block rides the carry as the store's `x`.
+
+Two phases (Sec. 3.2), per scanned step (a layer's two sublayers; the paper batches a whole block's): phase 1 takes
+both sublayers' pseudo-queries against the summaries complete at the layer's start in one pass over the store, and
+returns the softmax statistics (max, sum of exponentials, unnormalized sum); phase 2 merges, per sublayer, the one
+source not in phase 1 by online softmax: attention's block partial sum, and for the MLP the partial sum after
+attention, which is either its block's partial sum or the summary of the block attention completed (the same
+vector at the same slot). Equal to one softmax over all of a sublayer's sources (tested against the carry form and
+a float64 transcription). The layer's two pseudo-queries are one [2, D] param of the attention sublayer.
 
 Init: w = 0 (Sec. 5: "all pseudo-query vectors must be initialized to zero"), so every weight is 1 / (number of
 sources): h_l is the mean of the sources, Pre-Norm's sum divided by their count. Every reader of h_l (the
@@ -28,8 +36,9 @@ so under those norms the model computes Pre-Norm's function at init (up to eps; 
 mean is not the sum.
 
 Memory per token: the store, (N + 1) D values (Full: (2L + 1) D), kept once by the backward, plus each
-sublayer's own activations; the per-sublayer depth weights are (N + 2) values. Each sublayer computes its logits
-and weighted sum over all N + 1 slots (the ones it does not read at weight 0): 7 (N + 1) D FLOPs per token.
+sublayer's own activations and per layer phase 1's weights, 2 (N + 1) values. Phase 1 computes over all N + 1
+slots (the ones not yet written at weight 0): the key norm once and two logits and two sums per slot, 11 (N + 1) D
+FLOPs per token per layer, against 14 (N + 1) D for two separate softmaxes.
 The pseudo-queries are not weight-decayed (the paper does not say; they are gates, as HC's static weights).
 """
 import flax.linen as nn
@@ -46,42 +55,84 @@ def num_blocks(cfg) -> int:
   return 2 * cfg.num_layers if cfg.residual == "attn_res" else cfg.attn_res.num_blocks
 
 
-class DepthAttention(nn.Module):
-  """h = sum_i softmax_i(w . RMSNorm(v_i)) v_i over the store's slots where `valid_S` and, where `use_partial`,
-  the block's partial sum; returns h and the weights [B, T, S] (the partial's at slot `partial_slot`)."""
-  cfg: object
-
-  @nn.compact
-  def __call__(self, store: Store, valid_S, partial_slot=None, use_partial=False):
-    eps, dt = self.cfg.norm_eps, store.buf.dtype
-    w_D = self.param("query", nn.initializers.zeros, (store.buf.shape[-1],))
-    z_SBT = jnp.where(valid_S[:, None, None], store.rms_logits(w_D, eps), -jnp.inf)
-    if partial_slot is None:
-      a_SBT = jax.nn.softmax(z_SBT, axis=0)
-      return store.weighted(a_SBT[None])[0].astype(dt), jnp.moveaxis(a_SBT, 0, -1)
-    p_BTD = store.x
-    z_p = jnp.where(use_partial, rms_logit(p_BTD[None], w_D, eps), -jnp.inf)             # [1, B, T]
-    a = jax.nn.softmax(jnp.concatenate([z_SBT, z_p], axis=0), axis=0)
-    a_SBT, a_p = a[:-1], a[-1]
-    h_BTD = store.weighted(a_SBT[None])[0] + a_p[..., None] * p_BTD.astype(jnp.float32)
-    a_BTS = jnp.moveaxis(a_SBT, 0, -1) + a_p[..., None] * (jnp.arange(store.num_slots) == partial_slot)[None, None]
-    return h_BTD.astype(dt), a_BTS
+def depth_stats(store: Store, w_CD, valid_S, eps):
+  """Phase 1 (Sec. 3.2's two-phase computation), C pseudo-queries against the store's slots where `valid_S`, in one
+  pass over the store for the logits (each key normalized once) and one for the sums: the softmax statistics
+  m [C, B, T] (the largest logit, no gradient), e = exp(z - m) [C, S, B, T] (0 where not valid), l = sum_s e, and
+  the unnormalized sums o = sum_s e v_s [C, B, T, D] float32."""
+  z_CSBT = jnp.where(valid_S[None, :, None, None], store.rms_logits(w_CD, eps), -jnp.inf)
+  m_CBT = jax.lax.stop_gradient(jnp.max(z_CSBT, axis=1))
+  e_CSBT = jnp.exp(z_CSBT - m_CBT[:, None])
+  return m_CBT, e_CSBT, jnp.sum(e_CSBT, axis=1), store.weighted(e_CSBT)
 
 
-class AttnResSublayer(nn.Module):
-  """Sublayer `sub` reads the summaries of the blocks before its own (and its block's partial sum after the block's
-  first sublayer), adds its output to the partial sum and writes that to its block's slot."""
+def merge(stats, c, p_BTD, use, w_D, eps, partial_slot):
+  """Phase 2: query c's attention over phase 1's slots and one more source p (the block's partial sum, or the
+  summary its block completed in this step) where `use`, merged by online softmax:
+  h = (a o_c + b p) / (a l_c + b), a = exp(m_c - m'), b = exp(z_p - m'), m' = max(m_c, z_p). Returns h and the
+  weights [B, T, S] (p's at `partial_slot`)."""
+  m_CBT, e_CSBT, l_CBT, o_CBTD = stats
+  z_p = jnp.where(use, rms_logit(p_BTD[None], w_D[None], eps)[0, 0], -jnp.inf)          # [B, T]
+  m = jax.lax.stop_gradient(jnp.maximum(m_CBT[c], z_p))
+  a, b = jnp.exp(m_CBT[c] - m), jnp.exp(z_p - m)
+  den = a * l_CBT[c] + b
+  h_BTD = (a[..., None] * o_CBTD[c] + b[..., None] * p_BTD.astype(jnp.float32)) / den[..., None]
+  a_BTS = jnp.moveaxis(e_CSBT[c] * (a / den)[None], 0, -1)
+  a_BTS = a_BTS + (b / den)[..., None] * (jnp.arange(e_CSBT.shape[1]) == partial_slot)[None, None]
+  return h_BTD, a_BTS
+
+
+def _where(cfg, sub):
+  per = 2 * cfg.num_layers // num_blocks(cfg)                     # S sublayers per block
+  return sub // per, sub % per                                      # block n (0-based), i-th sublayer in it
+
+
+class AttnResAttn(nn.Module):
+  """The attention sublayer, 2l: phase 1 for both of layer l's sublayers at once (their pseudo-queries against the
+  summaries complete at the layer's start, slots 0..n), then its own phase 2 with its block's partial sum (from its
+  block's second sublayer on). Its output joins the partial sum, written to its block's slot."""
   cfg: object
 
   @nn.compact
   def __call__(self, store: Store, branch, norm, layer, sub):
-    per = 2 * self.cfg.num_layers // num_blocks(self.cfg)          # S sublayers per block
-    n, i = sub // per, sub % per                                    # block n (0-based), i-th sublayer in it
-    valid = jnp.arange(store.num_slots) <= n
-    h_BTD, a_BTS = DepthAttention(self.cfg, name="depth")(store, valid, n + 1, i > 0)
+    eps, dt = self.cfg.norm_eps, store.buf.dtype
+    w_CD = self.param("query", nn.initializers.zeros, (2, store.buf.shape[-1]))   # attention's, the MLP's
+    n, i = _where(self.cfg, sub)
+    stats = depth_stats(store, w_CD, jnp.arange(store.num_slots) <= n, eps)
+    h, a_BTS = merge(stats, 0, store.x, i > 0, w_CD[0], eps, n + 1)
+    h_BTD = h.astype(dt)
     f_BTD = branch(norm(h_BTD))
     p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
-    return store.with_x(p_BTD).write(n + 1, p_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+    out = store.with_x(p_BTD).write(n + 1, p_BTD).replace(pending=(stats, w_CD[1], n))
+    return out, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+
+
+class AttnResMLP(nn.Module):
+  """The MLP sublayer, 2l + 1: its phase 1 came with the attention sublayer's; phase 2 adds the one source written
+  since, the partial sum after attention (its block's partial sum, or the summary of the block attention
+  completed: the same vector, at slot n + 1 either way)."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, store: Store, branch, norm, layer, sub):
+    stats, w_D, n_attn = store.pending
+    h, a_BTS = merge(stats, 1, store.x, True, w_D, self.cfg.norm_eps, n_attn + 1)
+    h_BTD = h.astype(store.buf.dtype)
+    f_BTD = branch(norm(h_BTD))
+    n, i = _where(self.cfg, sub)
+    p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
+    return store.with_x(p_BTD).write(n + 1, p_BTD).replace(pending=None), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+
+
+class FinalAttention(nn.Module):
+  """The head's own depth attention over every slot (its own pseudo-query)."""
+  cfg: object
+
+  @nn.compact
+  def __call__(self, store: Store):
+    w_D = self.param("query", nn.initializers.zeros, (store.buf.shape[-1],))
+    _, _, l_CBT, o_CBTD = depth_stats(store, w_D[None], jnp.ones((store.num_slots,), bool), self.cfg.norm_eps)
+    return (o_CBTD[0] / l_CBT[0][..., None]).astype(store.buf.dtype)
 
 
 def _start(cfg, x_BTD):
@@ -91,8 +142,7 @@ def _start(cfg, x_BTD):
 
 
 def _finish(cfg, store: Store):
-  h_BTD, _ = DepthAttention(cfg, name="final_res")(store, jnp.ones((store.num_slots,), bool))
-  return h_BTD
+  return FinalAttention(cfg, name="final_res")(store)
 
 
 def _params(cfg) -> int:
@@ -100,9 +150,11 @@ def _params(cfg) -> int:
 
 
 def _flops(cfg) -> int:
-  """Per token, forward: each of the 2L sublayers and the head's aggregation run over all N + 1 slots (the masked
-  ones too): the key RMS (3 D), the logits (2 D) and the weighted sum (2 D) per slot."""
-  return (2 * cfg.num_layers + 1) * (num_blocks(cfg) + 1) * 7 * cfg.d_model
+  """Per token, forward: per layer phase 1 over all N + 1 slots (the masked ones too) for both sublayers' queries
+  (the key RMS once, 3 D; two logits and two weighted sums, 2 D each); per sublayer phase 2 on one more source (its
+  RMS and logit, 5 D; the merge, 4 D); the head's attention over all slots (7 D per slot)."""
+  d, slots = cfg.d_model, num_blocks(cfg) + 1
+  return cfg.num_layers * (11 * slots * d + 2 * 9 * d) + 7 * slots * d
 
 
 def _check(cfg):
@@ -114,5 +166,5 @@ def _check(cfg):
 
 
 for _name in ("attn_res", "attn_res_block"):
-  register(Variant(_name, AttnResSublayer, start=_start, finish=_finish, extra_params=_params,
+  register(Variant(_name, (AttnResAttn, AttnResMLP), start=_start, finish=_finish, extra_params=_params,
                    extra_flops=_flops, check=_check, section="attn_res"))
