@@ -168,3 +168,17 @@ def test_gpt2_init_scales_residual_outputs_by_one_over_sqrt_2L(init, resid_std, 
     assert a.size >= 8000, name
     want = resid_std if name in ("o", "wo") else other_std
     assert abs(a.mean()) < 0.1 * want and a.std() == pytest.approx(want, rel=0.04), (name, a.std(), want)
+
+
+def test_remat_dots_keeps_the_depth_stores_weighted_reads(capsys):
+  """model.remat=dots saves the depth store's weighted reads (`depth_read`), contractions over the slots like the
+  dots it saves, so the backward does not re-read the whole store to recompute them; remat=full saves nothing."""
+  from resnorm.model.depth_store import Store
+  from resnorm.model.model import REMAT_POLICIES
+  buf, w = jnp.ones((3, 1, 2, 4)), jnp.ones((1, 3, 1, 2))
+
+  def read(buf, w):
+    return jnp.sum(jnp.sin(Store(x=buf[0], buf=buf, kernels="reference").weighted(w)))
+  for policy, kept in (("dots", True), ("full", False)):
+    jax.ad_checkpoint.print_saved_residuals(jax.checkpoint(read, policy=REMAT_POLICIES[policy]), buf, w)
+    assert ("[1,1,2,4] named 'depth_read'" in capsys.readouterr().out) == kept, policy
