@@ -87,6 +87,14 @@ def _where(cfg, sub):
   return sub // per, sub % per                                      # block n (0-based), i-th sublayer in it
 
 
+def _join(cfg, store: Store, sub, f_BTD) -> Store:
+  """Sublayer `sub`'s output joins its block's partial sum (the block's first sublayer starts it), written to the
+  block's slot."""
+  n, i = _where(cfg, sub)
+  p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
+  return store.with_x(p_BTD).write(n + 1, p_BTD)
+
+
 class AttnResAttn(nn.Module):
   """The attention sublayer, 2l: phase 1 for both of layer l's sublayers at once (their pseudo-queries against the
   summaries complete at the layer's start, slots 0..n), then its own phase 2 with its block's partial sum (from its
@@ -102,8 +110,7 @@ class AttnResAttn(nn.Module):
     h, a_BTS = merge(stats, 0, store.x, i > 0, w_CD[0], eps, n + 1)
     h_BTD = h.astype(dt)
     f_BTD = branch(norm(h_BTD))
-    p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
-    out = store.with_x(p_BTD).write(n + 1, p_BTD).replace(pending=(stats, w_CD[1], n))
+    out = _join(self.cfg, store, sub, f_BTD).replace(pending=(stats, w_CD[1], n))
     return out, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
 
 
@@ -119,9 +126,7 @@ class AttnResMLP(nn.Module):
     h, a_BTS = merge(stats, 1, store.x, True, w_D, self.cfg.norm_eps, n_attn + 1)
     h_BTD = h.astype(store.buf.dtype)
     f_BTD = branch(norm(h_BTD))
-    n, i = _where(self.cfg, sub)
-    p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
-    return store.with_x(p_BTD).write(n + 1, p_BTD).replace(pending=None), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+    return _join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}   # flush drops `pending`
 
 
 class FinalAttention(nn.Module):

@@ -59,6 +59,11 @@ def packed_offsets(l):
   return 2 * l * (l + 1) - 4, 16 * (l * (l + 1) * (2 * l + 1) // 6 - 1)
 
 
+def _w1_init(d):
+  """W1 ~ N(0, 1/D) (Sec. 3), sharded along the embedding like the base weights."""
+  return nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None))
+
+
 class PackedDense(nn.Module):
   """DA_1 .. DA_{L-1} packed, each at its own shape: W1 [D, sum 4 (l+1)] (DA_l's block of columns), W2 flat
   (DA_l's [4 (l+1), 4 (l+1)] row-major, columns c (l+1) + j) and a flat (DA_l's [4, l+1] row-major). Init (Sec. 3):
@@ -75,8 +80,7 @@ class PackedDense(nn.Module):
       for l in range(1, num):
         a[packed_offsets(l)[0] + np.arange(WAYS) * (l + 1) + l] = 1.0
       return jnp.asarray(a)
-    return {"w1": self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
-                             (d, cols)),
+    return {"w1": self.param("w1", _w1_init(d), (d, cols)),
             "w2": self.param("w2", nn.initializers.zeros, (entries,)),
             "bias": self.param("bias", newest, (cols,))}
 
@@ -150,8 +154,7 @@ class FinalDense(nn.Module):
   @nn.compact
   def __call__(self, x_BTD):
     num, d = self.cfg.num_layers, x_BTD.shape[-1]
-    w1 = self.param("w1", nn.with_logical_partitioning(nn.initializers.normal(d ** -0.5), ("embed", None)),
-                    (d, WAYS * (num + 1)))
+    w1 = self.param("w1", _w1_init(d), (d, WAYS * (num + 1)))
     w2 = self.param("w2", nn.initializers.zeros, (WAYS * (num + 1), num + 1))
     a = self.param("bias", lambda _rng, shape: jax.nn.one_hot(num, num + 1)[None], (1, num + 1))
     return dense_weights(x_BTD, w1, w2, a, num, self.cfg.norm_eps)
