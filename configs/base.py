@@ -38,6 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.rope_base = 10000.0             # RoPE frequency base
   m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)
   m.kernels = "auto"                # auto (xla_cpu on the CPU, else reference) | xla_cpu | reference (resnorm.model.kernels)
+  m.depth_chunks = 4               # depth-store placements: scanned runs of layers, each over only the store slots
+                                    # its layers reach (1: every layer over the whole store); compile time grows with it
   m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
                                     # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
   m.dyt = ml_collections.ConfigDict()

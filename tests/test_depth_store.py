@@ -13,7 +13,7 @@ import np_reference_placements
 from carry_placements import carry_variants
 from conftest import init_and_apply, tiny_config
 from resnorm.config import configlib
-from resnorm.model import depth_store
+from resnorm.model import depth_store, residual
 from resnorm.model.model import LM
 
 STORE = ["attn_res", "attn_res_block", "denseformer", "mudd", "laurel"]
@@ -89,7 +89,9 @@ def _temp_bytes(name, num_layers, carry=False, remat="none"):
   """Temporary bytes of the compiled gradient (XLA's own memory analysis) at d 32, 16 x 32 tokens: activations
   dominate the params, so a store kept once per block shows as growth in depth."""
   import flax
+  # two runs at every depth (model.depth_chunks): the same layout of runs at 4 layers as at 8
   over = {"model.remat": remat, "model.d_model": 32, "model.mlp_dim": 64, "model.num_heads": 2,
+          "model.depth_chunks": 2,
           "model.attn_res.num_blocks": num_layers,
           "model.laurel.pa_k": 2 * num_layers}
   cfg = tiny_config(name, num_layers, **over)
@@ -119,6 +121,35 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
   assert growth(False) <= 2.3
   with carry_variants():
     assert growth(True) > 2.5
+
+
+@pytest.mark.parametrize("name,over", [
+    ("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 5}), ("denseformer", {}), ("mudd", {}),
+    ("laurel", {"model.laurel.pa_k": 7}),
+    pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E)])
+def test_runs_over_store_prefixes_equal_one_scan_over_the_whole_store(name, over):
+  """model.depth_chunks: 5 layers in 3 runs (1, 2 and 2 layers), each over the slots its last layer reaches,
+  compute what one scan over every slot computes, in the loss and every gradient."""
+  cfg = tiny_config(name, 5, **over)
+  mcfg, params, tokens, _ = init_and_apply(cfg)
+  params = _perturbed(params)
+  assert cfg.model.depth_chunks != 1
+  cfg.model.depth_chunks = 3
+  runs = depth_store.chunk_widths(5, 0, lambda l: residual.get(name).reach(mcfg, l), 3)
+  assert runs[0][1] < runs[-1][1], runs
+  l_runs, g_runs = _loss_and_grads(configlib.model_config(cfg), params, tokens)
+  cfg.model.depth_chunks = 1
+  l_one, g_one = _loss_and_grads(configlib.model_config(cfg), params, tokens)
+  np.testing.assert_allclose(l_runs, l_one, rtol=1e-5)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_runs), jax.tree.leaves(g_one)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def test_chunk_widths_cut_a_segment_into_runs_ending_at_their_reach():
+  reach = lambda l: 2 * l + 3
+  assert depth_store.chunk_widths(10, 2, reach, 4) == ((2, 9), (3, 15), (2, 19), (3, 25))
+  assert depth_store.chunk_widths(3, 0, reach, 8) == ((1, 3), (1, 5), (1, 7))
+  assert depth_store.chunk_widths(6, 0, reach, 1) == ((6, 13),)
 
 
 def test_denseformer_recomputes_its_stream_from_the_store(monkeypatch):
@@ -183,7 +214,7 @@ def test_a_fresh_slot_is_read_from_its_value_not_the_buffer():
 
 
 def test_layer_scan_refuses_a_block_that_keeps_a_copy_of_the_store():
-  store = depth_store.Store(x=jnp.zeros((1, 2, 3)), buf=jnp.ones((4, 1, 2, 3)))
+  store = depth_store.Store(x=jnp.zeros((1, 2, 3)), buf=jnp.ones((5, 1, 2, 3)))
   def body(p, st, x, consts):
     copy = st.buf * p                                   # a store-sized value the backward would keep per block
     return st.replace(x=st.x + jnp.sum(copy * copy, axis=0)), None
@@ -193,20 +224,23 @@ def test_layer_scan_refuses_a_block_that_keeps_a_copy_of_the_store():
     jax.grad(loss)(jnp.ones((3,)))
 
 
-def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block():
+@pytest.mark.parametrize("widths", [None, ((1, 2), (2, 4))])
+def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block(widths):
   """`Store.shared` (params every block reads, MUDDFormer's packed DAs): layer_scan's gradients, for the stacked
-  params and the shared ones, equal plain autodiff of the scan, and its backward keeps the shared params once
-  (the final store's), not once per block, even where a block's own residual is the shared array itself."""
+  params, the shared ones and the initial store, equal plain autodiff of the scan, in one run or in runs over
+  prefixes of the store; its backward keeps the shared params once (the final store's), not once per block, even
+  where a block's own residual is the shared array itself."""
   buf = jax.random.normal(jax.random.key(0), (4, 1, 2, 3))
   shared = {"w": jax.random.normal(jax.random.key(1), (13,)), "u": jax.random.normal(jax.random.key(2), (3,))}
 
   def body(p, st, x, consts):
     scale = jnp.dot(st.shared["w"], st.shared["w"]) * x          # keeps the shared array itself as a residual
-    y = jnp.tanh(st.x * p + scale * st.shared["u"][None, None])
+    read = st.weighted_shared(jnp.where(jnp.arange(st.num_slots) <= x, 0.3, 0.0))      # the slots written so far
+    y = jnp.tanh(st.x * p + scale * st.shared["u"][None, None] + read)
     return st.write(x + 1, y).flush().replace(x=y), None
 
-  def loss(run, p, sh):
-    store = depth_store.Store(x=buf[0], buf=buf, shared=sh)
+  def loss(run, p, sh, b):
+    store = depth_store.Store(x=b[0], buf=b, shared=sh)
     final = run(body, p, store)
     return jnp.sum(final.x ** 2) + jnp.sum(final.buf ** 3)
 
@@ -214,13 +248,15 @@ def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block():
     return jax.lax.scan(lambda s, inp: body(inp[0], s, inp[1], ()), store, (p, jnp.arange(3)))[0]
 
   def scanned(body, p, store):
-    return depth_store.layer_scan(body, p, store, jnp.arange(3), ())[0]
+    return depth_store.layer_scan(body, p, store, jnp.arange(3), (), widths=widths)[0]
 
   p = jnp.array([0.5, -1.2, 0.8])
-  want = jax.grad(partial(loss, plain), argnums=(0, 1))(p, shared)
-  got = jax.grad(partial(loss, scanned), argnums=(0, 1))(p, shared)
+  want = jax.grad(partial(loss, plain), argnums=(0, 1, 2))(p, shared, buf)
+  got = jax.grad(partial(loss, scanned), argnums=(0, 1, 2))(p, shared, buf)
+  np.testing.assert_allclose(jax.jit(partial(loss, scanned))(p, shared, buf), loss(plain, p, shared, buf),
+                             rtol=1e-6)
   for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-  _, vjp = jax.vjp(partial(loss, scanned), p, shared)
+  _, vjp = jax.vjp(partial(loss, scanned), p, shared, buf)
   kept = [leaf.shape for leaf in jax.tree.leaves(vjp) if hasattr(leaf, "shape")]
   assert (13,) in kept and (3, 13) not in kept, kept

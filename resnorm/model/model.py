@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.model import residual
-from resnorm.model.depth_store import Store, layer_scan
+from resnorm.model.depth_store import Store, chunk_widths, layer_scan
 from resnorm.model.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
 from resnorm.model.norms import make_norm
 
@@ -119,7 +119,10 @@ class LM(nn.Module):
         mod = block(cfg, sublayer, scales, self.collect, 0, parent=None)
         body = lambda p, s, layer, consts: mod.apply({"params": p}, s, layer, *consts)
         x_of = partial(variant.x_from_store, cfg) if variant.x_from_store else None
-        state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T), x_of)
+        # runs over growing prefixes of the store; diagnostics keep one run, so every layer's taps have one shape
+        widths = (chunk_widths(length, offset, partial(variant.reach, cfg), cfg.depth_chunks)
+                  if variant.reach is not None and not self.collect else None)
+        state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T), x_of, widths)
       elif cfg.scan_layers:
         stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast), length=length,

@@ -36,9 +36,10 @@ so under those norms the model computes Pre-Norm's function at init (up to eps; 
 mean is not the sum.
 
 Memory per token: the store, (N + 1) D values (Full: (2L + 1) D), kept once by the backward, plus each
-sublayer's own activations and per layer phase 1's weights, 2 (N + 1) values. Phase 1 computes over all N + 1
-slots (the ones not yet written at weight 0): the key norm once and two logits and two sums per slot, 11 (N + 1) D
-FLOPs per token per layer, against 14 (N + 1) D for two separate softmaxes.
+sublayer's own activations and per layer phase 1's weights, 2 P values. Phase 1 computes over the P slots of the
+layer's run of `model.depth_chunks` (the store's prefix that run's last layer reaches; those not yet written at
+weight 0): the key norm once and two logits and two sums per slot, 11 P D FLOPs per token per layer, against
+14 P D for two separate softmaxes.
 The pseudo-queries are not weight-decayed (the paper does not say; they are gates, as HC's static weights).
 """
 import flax.linen as nn
@@ -46,7 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
-from resnorm.model.depth_store import Store, rms_logit
+from resnorm.model.depth_store import Store, layer_widths, rms_logit
 from resnorm.model.residual.base import Variant, register
 
 
@@ -140,6 +141,11 @@ class FinalAttention(nn.Module):
     return (o_CBTD[0] / l_CBT[0][..., None]).astype(store.buf.dtype)
 
 
+def _reach(cfg, l):
+  """Layer l's MLP sublayer (2l + 1) writes its block's slot, the highest slot layers 0..l touch."""
+  return _where(cfg, 2 * l + 1)[0] + 2
+
+
 def _start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   buf = jnp.concatenate([x_BTD[None], jnp.zeros((num_blocks(cfg), b, t, d), x_BTD.dtype)], axis=0)
@@ -155,11 +161,12 @@ def _params(cfg) -> int:
 
 
 def _flops(cfg) -> int:
-  """Per token, forward: per layer phase 1 over all N + 1 slots (the masked ones too) for both sublayers' queries
-  (the key RMS once, 3 D; two logits and two weighted sums, 2 D each); per sublayer phase 2 on one more source (its
-  RMS and logit, 5 D; the merge, 4 D); the head's attention over all slots (7 D per slot)."""
+  """Per token, forward, as computed: per layer phase 1 over the slots of its run (layer_widths; the ones not yet
+  written at weight 0) for both sublayers' queries (the key RMS once, 3 D; two logits and two weighted sums, 2 D
+  each); per sublayer phase 2 on one more source (its RMS and logit, 5 D; the merge, 4 D); the head's attention
+  over all N + 1 slots (7 D per slot)."""
   d, slots = cfg.d_model, num_blocks(cfg) + 1
-  return cfg.num_layers * (11 * slots * d + 2 * 9 * d) + 7 * slots * d
+  return 11 * sum(layer_widths(cfg, _reach)) * d + cfg.num_layers * 2 * 9 * d + 7 * slots * d
 
 
 def _check(cfg):
@@ -172,4 +179,4 @@ def _check(cfg):
 
 for _name in ("attn_res", "attn_res_block"):
   register(Variant(_name, (AttnResAttn, AttnResMLP), start=_start, finish=_finish, extra_params=_params,
-                   extra_flops=_flops, check=_check, section="attn_res"))
+                   extra_flops=_flops, check=_check, section="attn_res", reach=_reach))

@@ -30,6 +30,9 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
 - `x_from_store(cfg, params, buf_SBTD, l)`: for a depth-store placement whose stream is a read of the store, block
   l's input `x` from the segment's stacked params and the final buffer; the backward recomputes it rather than
   keeping it per block (resnorm.model.depth_store.layer_scan).
+- `reach(cfg, l)`: for a depth-store placement, the number of leading slots blocks 0..l read or write (a Python
+  int). The scanned step runs the blocks in `model.depth_chunks` runs, each over the prefix of the store its last
+  block reaches (resnorm.model.depth_store.chunk_widths), so no block computes over the whole store.
 - `logit_scale`: a module class `(cfg)` applied to the logits [B,T,V] (nGPT's s_z).
 - `init_params(cfg, params, rng, seq_len, layers) -> params`: applied by `resnorm.step.step.init_state` to the unboxed
   params after `LM.init` (Admin's profiling pass, nGPT's unit-norm weights); a pure function of its inputs.
@@ -96,6 +99,7 @@ class Variant:
   finish: Callable | None = None
   after_block: Any = None
   x_from_store: Callable | None = None
+  reach: Callable | None = None
   logit_scale: Any = None
   init_params: Callable | None = None
   unit_norm: tuple = ()  # ((weight name, axis), ...)

@@ -17,14 +17,15 @@ and never used: the paper's count is sum over DWA blocks i of floor(i/k) + 1.
 Memory per token: the store, (L + 1) D, kept once by the backward (the authors' code holds each X_j once), plus
 the blocks' own activations. Y_i is a read of the store, so the backward recomputes each block's input from it
 (`x_from_store`) rather than keeping it: with remat, the store is all a block keeps, as X_i is all a Pre-LN block
-keeps. The DWA after each block computes over all L + 1 slots (2 (L + 1) D FLOPs per token).
+keeps. The DWA after block l computes over the slots of its run of `model.depth_chunks` (X_0 up to the run's last
+block's output; 2 D FLOPs per token per slot), never over the whole store but in the last run.
 """
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
-from resnorm.model.depth_store import Store
+from resnorm.model.depth_store import Store, layer_widths
 from resnorm.model.residual.base import Variant, register
 
 
@@ -49,7 +50,8 @@ def dwa_mask(cfg, i):
 def dwa_output(cfg, store: Store, alpha, i):
   """Y_i from a store that holds X_0..X_i: the DWA where i = 0 mod p, else X_i."""
   x_i = store.slot(i)
-  dwa = store.weighted_shared(jnp.where(dwa_mask(cfg, i), alpha, 0.0)).astype(x_i.dtype)
+  w_S = jnp.where(dwa_mask(cfg, i), alpha, 0.0)[:store.num_slots]     # a run's prefix of the store: X_0 .. X_{P-1}
+  dwa = store.weighted_shared(w_S).astype(x_i.dtype)
   return jnp.where(i % cfg.denseformer.period == 0, dwa, x_i)
 
 
@@ -71,6 +73,11 @@ def _x_from_store(cfg, params, buf_SBTD, l):
   alpha = jax.lax.dynamic_index_in_dim(params["after_block"]["alpha"], jnp.maximum(l - 1, 0), keepdims=False)
   store = Store(x=None, buf=buf_SBTD, kernels=cfg.kernels)
   return jnp.where(l == 0, store.slot(0), dwa_output(cfg, store, alpha, l))
+
+
+def _reach(cfg, l):
+  """Block l writes X_{l+1} and its DWA reads X_0 .. X_{l+1}."""
+  return l + 2
 
 
 def _start(cfg, x_BTD):
@@ -97,7 +104,7 @@ def _check(cfg):
 
 register(Variant(
     "denseformer", DenseSublayer, start=_start, finish=_finish, after_block=DWA, x_from_store=_x_from_store,
-    decay=("alpha",), check=_check,
+    decay=("alpha",), check=_check, reach=_reach,
     extra_params=lambda cfg: cfg.num_layers * (cfg.num_layers + 1),
-    # the dense masked DWA as computed: a weighted sum over the L+1 slots after every block
-    extra_flops=lambda cfg: 2 * cfg.num_layers * (cfg.num_layers + 1) * cfg.d_model))
+    # the masked DWA as computed: after every block, a weighted sum over the slots of its run (layer_widths)
+    extra_flops=lambda cfg: 2 * sum(layer_widths(cfg, _reach)) * cfg.d_model))

@@ -23,8 +23,8 @@ itself, [B, T, k, D]: slot 0 the stream x_l, slot j the input of sublayer l - j 
 by one each sublayer; the scan's backward keeps it per block, k D per token and block, linear in depth, and each
 sublayer reads exactly its k - 1 inputs. A longer reach uses the depth store (resnorm.model.depth_store): the
 stream rides the carry as the store's `x`, slot (k - 1) + m holds the input of sublayer m, written once, and
-sublayer l reads its k - 1 inputs as a weighted sum over the store (weights g at their slots, 0 elsewhere; 2 (2L + k
-- 1) D FLOPs per token); the store, (2L + k - 1) D, is kept once by the backward, where a window of k - 1 in the
+sublayer l reads its k - 1 inputs as a weighted sum over the slots of its run of `model.depth_chunks` (weights g at
+their slots, 0 elsewhere; 2 D FLOPs per token and slot); the store, (2L + k - 1) D, is kept once by the backward, where a window of k - 1 in the
 carry would be kept per block (quadratic as k approaches 2L).
 A and B are weight-decayed, as matrices; alpha, beta and g are gates and are not (the paper says neither).
 """
@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import check
-from resnorm.model.depth_store import Store
+from resnorm.model.depth_store import Store, layer_widths
 from resnorm.model.residual.base import Variant, register
 
 
@@ -96,6 +96,11 @@ def _start(cfg, x_BTD):
   return Store(x=x_BTD, buf=jnp.zeros((2 * cfg.num_layers + k - 1, b, t, d), x_BTD.dtype), kernels=cfg.kernels)
 
 
+def _reach(cfg, l):
+  """Layer l's MLP sublayer (2l + 1) writes its input at slot 2l + k, the highest slot layers 0..l touch."""
+  return 2 * l + cfg.laurel.pa_k + 1
+
+
 def _finish(cfg, state):
   return state.x if isinstance(state, Store) else state[:, :, 0]
 
@@ -107,9 +112,12 @@ def _params(cfg) -> int:
 
 def _flops(cfg) -> int:
   """Per token, forward, per sublayer: the two rank-r products (4 r D), the k - 1 weighted earlier inputs and their
-  sum (2 (k - 1) D), the two weighted paths (3 D) and the low-rank sum (D)."""
+  sum (2 (k - 1) D; with the depth store, 2 D per slot of the layer's run, as computed), the two weighted paths
+  (3 D) and the low-rank sum (D)."""
   lc, d = cfg.laurel, cfg.d_model
-  return 2 * cfg.num_layers * (4 * lc.rank * d + 2 * (lc.pa_k - 1) * d + 4 * d)
+  pa = (2 * 2 * sum(layer_widths(cfg, _reach)) * d if lc.pa_k - 1 > WINDOW_MAX
+        else 2 * cfg.num_layers * 2 * (lc.pa_k - 1) * d)
+  return 2 * cfg.num_layers * (4 * lc.rank * d + 4 * d) + pa
 
 
 def _check(cfg):
@@ -123,4 +131,4 @@ def _check(cfg):
 
 
 register(Variant("laurel", Laurel, start=_start, finish=_finish, decay=("down", "up"), extra_params=_params,
-                 extra_flops=_flops, check=_check))
+                 extra_flops=_flops, check=_check, reach=_reach))

@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from resnorm.model.depth_store import Store
+from resnorm.model.depth_store import Store, layer_widths
 from resnorm.model.residual.base import Variant, register
 
 WAYS = 4  # Q, K, V, R
@@ -86,8 +86,9 @@ class PackedDense(nn.Module):
 
 
 def _window(packed, l, num):
-  """DA_l's params at the layer-uniform padded shape the scanned block computes with: W1 [D, 4L], W2 [4L, 4L]
-  (columns c L + j), a [4, L]; zero outside DA_l's own block (gathers whose gradient lands on DA_l's entries only)."""
+  """DA_l's params at the padded shape a run's blocks compute with, `num` sources (L for one run, else the sources
+  of the run's last block): W1 [D, 4 num], W2 [4 num, 4 num] (columns c num + j), a [4, num]; zero outside DA_l's
+  own block (gathers whose gradient lands on DA_l's entries only)."""
   h, c, j = np.arange(WAYS * num), np.arange(WAYS)[:, None], np.arange(num)[None, :]
   off1, off2 = packed_offsets(jnp.maximum(l, 1))
   n_h = WAYS * (l + 1)
@@ -104,7 +105,7 @@ def _window(packed, l, num):
 
 @partial(jax.checkpoint, static_argnums=(3, 4), policy=jax.checkpoint_policies.nothing_saveable)
 def _dense_read(buf_SBTD, packed, l, num, eps):
-  """DA_l's A [B, T, 4, L] from X_l (slot l). Recomputed in the backward from the store and the packed params,
+  """DA_l's A [B, T, 4, num] from X_l (slot l). Recomputed in the backward from the store and the packed params,
   which the backward keeps anyway, so a block keeps none of its DA: not its gathered weights (4L x 4L, cubic in
   depth over the blocks), nor its hidden units."""
   x_BTD = jax.lax.dynamic_index_in_dim(buf_SBTD, l, axis=0, keepdims=False)
@@ -117,14 +118,15 @@ class MuddAttn(nn.Module):
 
   @nn.compact
   def __call__(self, store: Store, branch, norm, layer, sub):
-    num, dt = self.cfg.num_layers, store.buf.dtype
+    # sources X_0 .. X_{J-1}: the store's slots but the last (all L + 1 slots, or a run's prefix of them)
+    num, dt = store.num_slots - 1, store.buf.dtype
     first = layer == 0
     assert not store.fresh, "MuddAttn reads X_l from the flushed buffer"
     if store.shared is None:   # one block: no DA is read
       a_BTCJ = jnp.zeros(store.x.shape[:2] + (WAYS, num), jnp.float32)
     else:
       a_BTCJ = _dense_read(store.buf, store.shared, layer, num, self.cfg.norm_eps)
-    w_CSBT = jnp.pad(jnp.transpose(a_BTCJ, (2, 3, 0, 1)), ((0, 0), (0, store.num_slots - num), (0, 0), (0, 0)))
+    w_CSBT = jnp.pad(jnp.transpose(a_BTCJ, (2, 3, 0, 1)), ((0, 0), (0, 1), (0, 0), (0, 0)))
     # block 0: X_0 x 4, as weight 1 on slot 0 (a select on the store-sized streams would cost a pass of its own)
     w_CSBT = jnp.where(first, (jnp.arange(store.num_slots) == 0)[None, :, None, None].astype(w_CSBT.dtype), w_CSBT)
     streams_CBTD = store.weighted(w_CSBT).astype(dt)
@@ -183,15 +185,20 @@ def mudd_params_used(cfg) -> int:
   return sum(_da_params(d, WAYS, l + 1) for l in range(1, num)) + _da_params(d, 1, num + 1)
 
 
+def _reach(cfg, l):
+  """Block l reads X_0 .. X_l and writes X_{l+1}."""
+  return l + 2
+
+
 def _flops(cfg) -> int:
   """Per token, forward, as computed (padded, masked): per block the DA's two matmuls, its RMSNorm (3 D), GELU and
-  the four weighted sums over L sources; and the last DA."""
+  the four weighted sums over its run's sources (layer_widths: the run's slots but the last); and the last DA."""
   d, num = cfg.d_model, cfg.num_layers
   def da(ways, sources):
     h, k = WAYS * sources, ways * sources
     return 2 * d * h + 2 * h * k + 3 * d + 8 * h + 2 * k * d
-  return num * da(WAYS, num) + da(1, num + 1)
+  return sum(da(WAYS, w - 1) for w in layer_widths(cfg, _reach)) + da(1, num + 1)
 
 
 register(Variant("mudd", (MuddAttn, MuddMLP), start=_start, finish=_finish, decay=("w1", "w2"),
-                 extra_params=mudd_params_used, extra_flops=_flops))
+                 extra_params=mudd_params_used, extra_flops=_flops, reach=_reach))
