@@ -190,22 +190,19 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
   def cut(tree, lo, n):
     return jax.tree.map(lambda a: a[lo:lo + n], tree)
 
-  def at(tree, l):
-    # a layer's slice of the stacked params (and of xs) read in place: a run never copies its share of them
-    return jax.tree.map(lambda a: jax.lax.dynamic_index_in_dim(a, l, keepdims=False), tree)
-
   def join(parts_ys):
     return parts_ys[0] if len(parts_ys) == 1 else jax.tree.map(lambda *a: jnp.concatenate(a), *parts_ys)
 
   # A run carries only its prefix of the store, grown by the next run's slots when it ends, and the backward
   # shrinks the buffer and its cotangent the same way: no run copies the whole store beside its prefix.
   def run(params, store, xs, consts):
-    def step(s, l):
-      return body(at(params, l), s, at(xs, l), consts)
+    def step(s, inp):
+      p, x = inp
+      return body(p, s, x, consts)
     ys, tails = [], _tails(store.buf, widths)
     store = store.replace(buf=store.buf[:parts[0][2]])
     for (lo, n, _), tail in zip(parts, tails):
-      store, y = jax.lax.scan(step, store, jnp.arange(lo, lo + n, dtype=jnp.int32))
+      store, y = jax.lax.scan(step, store, cut((params, xs), lo, n))
       store, ys = store.replace(buf=_grow(store.buf, tail)), ys + [y]
     return store, join(ys)
 
@@ -214,8 +211,8 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
     return run(params, store, xs, consts)
 
   def fwd(params, store, xs, consts):
-    def step(k, s, l):
-      p, x = at(params, l), at(xs, l)
+    def step(k, s, inp):
+      p, x = inp
       out, vjp = jax.vjp(lambda p, s: body(p, s, x, consts), p, s)
       leaves, treedef = jax.tree_util.tree_flatten(vjp)
       p_leaves = jax.tree.leaves(p)
@@ -238,7 +235,7 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
     ys, kept, tails = [], [], _tails(store.buf, widths)
     store = store.replace(buf=store.buf[:parts[0][2]])
     for k, ((lo, n, _), tail) in enumerate(zip(parts, tails)):
-      store, (y, kept_k) = jax.lax.scan(partial(step, k), store, jnp.arange(lo, lo + n, dtype=jnp.int32))
+      store, (y, kept_k) = jax.lax.scan(partial(step, k), store, cut((params, xs), lo, n))
       store, ys, kept = store.replace(buf=_grow(store.buf, tail)), ys + [y], kept + [kept_k]
     return (store, join(ys)), (params, kept, store.buf, store.shared)
 
@@ -247,20 +244,16 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
     shared = jax.tree.leaves(shared)
     ct_store, ct_ys = cts
 
-    def step(k, buf_k, carry, inp):
+    def step(k, buf_k, ct_s, inp):
       treedef, source = meta[k]
-      ct_s, d_params = carry
-      kept_l, ct_y, l = inp
-      it, p_leaves = iter(kept_l), jax.tree.leaves(at(params, l))
+      p, kept_l, ct_y, l = inp
+      it, p_leaves = iter(kept_l), jax.tree.leaves(p)
       x = x_of(params, buf_k, l) if -2 in source else None
       leaves = [next(it) if src is None else buf_k if src == -1 else x if src == -2
                 else shared[-3 - src] if src <= -3 else p_leaves[src] for src in source]
       d_p, d_s = jax.tree_util.tree_unflatten(treedef, leaves)((ct_s, ct_y))
-      # each layer's gradient written in place into the stacked one (no per-run stack to join)
-      d_params = jax.tree.map(lambda d, g: jax.lax.dynamic_update_index_in_dim(d, g.astype(d.dtype), l, 0),
-                              d_params, d_p)
-      return (d_s, d_params), None
-    d_params, ct_tails = jax.tree.map(jnp.zeros_like, params), []
+      return d_s, d_p
+    d_params, ct_tails, index = [], [], jnp.arange(length, dtype=jnp.int32)
     for k in reversed(range(len(parts))):
       lo, n, width = parts[k]
       if len(parts) > 1:
@@ -268,12 +261,12 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
         buf, ct_store = jax.lax.optimization_barrier((buf, ct_store))
       if width < buf.shape[0]:
         buf, ct_tails = buf[:width], [ct_store.buf[width:]] + ct_tails
-      (ct_store, d_params), _ = jax.lax.scan(
-          partial(step, k, buf), (ct_store.replace(buf=ct_store.buf[:width]), d_params),
-          (kept[k], *cut((ct_ys,), lo, n), jnp.arange(lo, lo + n, dtype=jnp.int32)), reverse=True)
+      ct_store, d_p = jax.lax.scan(partial(step, k, buf), ct_store.replace(buf=ct_store.buf[:width]),
+                                   (*cut((params,), lo, n), kept[k], *cut((ct_ys, index), lo, n)), reverse=True)
+      d_params = [d_p] + d_params
     for tail in ct_tails:
       ct_store = ct_store.replace(buf=_grow(ct_store.buf, tail))
-    return d_params, ct_store, None, None
+    return join(d_params), ct_store, None, None
 
   scan.defvjp(fwd, bwd)
   return scan(params, store, xs, consts)
