@@ -199,11 +199,12 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
     def step(s, inp):
       p, x = inp
       return body(p, s, x, consts)
-    ys, tails = [], _tails(store.buf, widths)
-    store = store.replace(buf=store.buf[:parts[0][2]])
-    for (lo, n, _), tail in zip(parts, tails):
-      store, y = jax.lax.scan(step, store, cut((params, xs), lo, n))
-      store, ys = store.replace(buf=_grow(store.buf, tail)), ys + [y]
+    ys = []
+    for lo, n, width in parts:
+      # without a backward (evaluation), a run's prefix is written back in place
+      sub, y = jax.lax.scan(step, store.replace(buf=store.buf[:width]), cut((params, xs), lo, n))
+      buf = sub.buf if width == store.num_slots else jax.lax.dynamic_update_slice_in_dim(store.buf, sub.buf, 0, 0)
+      store, ys = sub.replace(buf=buf), ys + [y]
     return store, join(ys)
 
   @jax.custom_vjp
