@@ -230,7 +230,8 @@ def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block(widths
   params, the shared ones and the initial store, equal plain autodiff of the scan, in one run or in runs over
   prefixes of the store; its backward keeps the shared params once (the final store's), not once per block, even
   where a block's own residual is the shared array itself."""
-  buf = jax.random.normal(jax.random.key(0), (4, 1, 2, 3))
+  # 5 slots: the blocks write 1..3, and slot 4, never written, keeps its initial value through every run
+  buf = jax.random.normal(jax.random.key(0), (5, 1, 2, 3))
   shared = {"w": jax.random.normal(jax.random.key(1), (13,)), "u": jax.random.normal(jax.random.key(2), (3,))}
 
   def body(p, st, x, consts):
