@@ -21,6 +21,7 @@ BAD = [
     ("pre_norm", {"model.kernels": "triton"}, "model.kernels='triton'"),
     ("pre_norm", {"model.num_heads": 3}, "model.num_heads=3 must divide"),
     ("pre_norm", {"model.num_layers": 0}, "model.num_layers=0"),
+    ("mudd", {"model.depth_chunks": 0}, "model.depth_chunks=0 must be an integer >= 1"),
     ("pre_norm", {"data.seq_len": 1}, "data.seq_len=1"),
     ("pre_norm", {"train.lr": 0.0}, "train.lr=0.0"),
     ("pre_norm", {"train.lr": -1e-3}, "train.lr=-0.001"),
