@@ -261,3 +261,27 @@ def test_shared_params_get_the_summed_gradient_and_are_not_kept_per_block(widths
   _, vjp = jax.vjp(partial(loss, scanned), p, shared, buf)
   kept = [leaf.shape for leaf in jax.tree.leaves(vjp) if hasattr(leaf, "shape")]
   assert (13,) in kept and (3, 13) not in kept, kept
+
+
+def test_flop_counts_charge_each_layer_the_width_of_its_run():
+  """extra_flops counts what the scanned step computes (docs/variants.md's table): each layer at the slots P of its
+  run, every layer at the whole store in one run. 7 layers: runs of 2, 2, 3 layers at K = 3."""
+  for k in (1, 3):
+    for name, over in (("denseformer", {}), ("mudd", {}), ("attn_res", {}), ("laurel", {"model.laurel.pa_k": 7})):
+      m = configlib.model_config(tiny_config(name, 7, **{"model.depth_chunks": k, **over}))
+      v, d, num = residual.get(name), m.d_model, m.num_layers
+      runs = depth_store.chunk_widths(num, 0, lambda l: v.reach(m, l), k)
+      assert [n for n, _ in runs] == ([7] if k == 1 else [2, 2, 3])
+      p = [w for n, w in runs for _ in range(n)]                     # each layer's P
+      if name == "denseformer":
+        want = sum(2 * w * d for w in p)
+      elif name == "laurel":
+        want = 2 * num * (4 * m.laurel.rank * d + 4 * d) + sum(2 * 2 * w * d for w in p)
+      elif name == "attn_res":
+        want = sum(11 * w * d + 18 * d for w in p) + 7 * (2 * num + 1) * d
+      else:
+        def da(ways, sources):
+          h, kk = 4 * sources, ways * sources
+          return 2 * d * h + 2 * h * kk + 3 * d + 8 * h + 2 * kk * d
+        want = sum(da(4, w - 1) for w in p) + da(1, num + 1)
+      assert v.extra_flops(m) == want, (name, k)
