@@ -265,8 +265,8 @@ def layer_scan(body, params, store: Store, xs, consts, x_of=None, widths=None):
       ct_store, d_p = jax.lax.scan(partial(step, k, buf), ct_store.replace(buf=ct_store.buf[:width]),
                                    (*cut((params,), lo, n), kept[k], *cut((ct_ys, index), lo, n)), reverse=True)
       d_params = [d_p] + d_params
-    for tail in ct_tails:
-      ct_store = ct_store.replace(buf=_grow(ct_store.buf, tail))
+    if ct_tails:   # the initial store's cotangent, its prefix and every run's tail joined in one copy
+      ct_store = ct_store.replace(buf=jnp.concatenate([ct_store.buf, *ct_tails]))
     return join(d_params), ct_store, None, None
 
   scan.defvjp(fwd, bwd)
