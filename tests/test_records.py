@@ -102,13 +102,13 @@ def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
   _fake_run(tmp_path / "runs", r3, s3, None, status="diverged", corpus=c3)  # an outcome: recorded
   _fake_run(tmp_path / "runs", r4, s4, 3.0, status="preempted", corpus=c4)  # to be resumed: not recorded
   recs = str(tmp_path / "records")
-  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 2  # the running one waits
+  assert records.record_finished(str(tmp_path / "runs"), recs, records.v4_runs(d), "f" * 16) == 2  # the running one waits
   assert records.read(grid.record_path(recs, c3, grid.run_name(r3, s3, c3)))["status"] == "diverged"
   assert not os.path.exists(grid.record_path(recs, c4, grid.run_name(r4, s4, c4)))
   rec = records.read(grid.record_path(recs, c, grid.run_name(r, s, c)))
   assert rec["recipe"] == list(r) and rec["seed"] == s and rec["final_eval_loss"] == 3.0
   assert rec["diags"][0]["sublayers"][0]["cos_next_median"] == 0.9 and rec["fingerprint"] == "f" * 16
-  assert records.record_finished(str(tmp_path / "runs"), recs, d, "f" * 16) == 0  # written once
+  assert records.record_finished(str(tmp_path / "runs"), recs, records.v4_runs(d), "f" * 16) == 0  # written once
   monkeypatch.setenv(grid.RECORDS_ENV, recs)
   added = []
   grid.add_points(lambda **kw: added.append(kw["name"]), d)

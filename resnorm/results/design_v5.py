@@ -5,32 +5,56 @@ The ladder. Every arm trains at the widths LADDER_D at one depth (DEPTH layers),
 4d: N = 144 d^2 non-embedding params (per layer 4 d^2 attention and 8 d^2 MLP; norms and the placements' own params
 aside), 83k to 746k, a 9x span. Each width trains TOKENS_PER_PARAM tokens per N, the same for every arm (arms differ
 only in the connection: a seed gives them identical base weights), at the :cpu data shape (BATCH x SEQ tokens a
-step) and the :cpu recipe otherwise (one learning rate for every width and arm). Compute is resnorm.model.flops'
-training FLOPs per token, each placement's own FLOPs included, times the tokens trained.
+step), at one recipe for every width and arm: peak lr LR after WARMUP_FRAC of the steps, cosine to 1/10 (the :cpu
+schedule), one eval at the end on EVAL_BYTES of the stratified eval set. LR is not the :cpu 1e-3: in the pilot ladder
+(configs/sweeps/v5_pilot.py, seed 0, pystdlib) at 1e-3 the smallest width, at 130 steps, did not learn beyond the
+byte unigram (3.60 against 3.25 nats/byte); at 3e-3 it reaches 3.02, and d 24, 32 and 72 lie on one power law
+(log-log slopes 0.081 and 0.080 between them). LAuReL's low-rank term has rank d // 16 (1 to 4) rather than the
+:cpu config's 16, which at d 24 would add 40% to a sublayer's parameters: its claim is at equal size. Compute is
+resnorm.model.flops' training FLOPs per token, each placement's own FLOPs included, times the tokens trained.
 
 The budget. STEP_MS is the step time of every arm at every width, measured by `python -m resnorm.bench
 --config=configs/pre_norm_12l.py --residuals=... --depths=12 --steps=5 --config.model.d_model=D
 --config.model.num_heads=D/8 --config.model.mlp_dim=4D` on the 2-core development CPU (one process per width, both
-cores). `budget_s` adds up the grid's training time from it, plus RUN_OVERHEAD_S of wall time per run (process
-start, compilation, the final evaluation) at `--jobs=2`, and the design must fit BUDGET_S with MARGIN to spare; it
+cores). `budget_s` adds up the grid's training time from it, plus per run RUN_START_S (process start and
+compilation) and the final evaluation at EVAL_STEPS step times (both measured in the pilot at `--jobs=2`: 2.5-5 s to
+start; the eval at d 24 took 1.3 s, 63 step times), and the design must fit BUDGET_S with MARGIN to spare; it
 assumes the two jobs together run no faster than one job on both cores.
 
 The claims C11-C17 (CLAIMS) are each paper's headline in its own terms, with the paper's figure where it gives one;
 their parts form one correction family (Benjamini-Hochberg over every part on both corpora) under v4's verdict rule
 (resnorm.results.design.VERDICT_RULE, CLAIM_RULE), failures counted as outcomes (a diverged run's loss is FAIL_LOSS,
 the byte-uniform loss: compute_equiv's `fill`). Pilot sds: the compare_2026 pilot's per-seed paired differences
-(docs/variants.md, 5 seeds at d 64, 200 steps; the larger of the two corpora's, from its 95% t interval). A part
-whose statistic the pilot did not measure has no pilot sd (NaN) and no row of power.
+of final loss (docs/variants.md, 5 seeds at d 64, 200 steps; the larger of the two corpora's, from its 95% t
+interval). A multiplier part's per-seed value is mean_k log(C_pre(L'_k) / C'_k), C_pre the power law fitted to
+Pre-Norm's ladder of the same seed (the pairing: the fit's noise is the seed's own), so a paired loss difference dL
+moves it by about -dL / (L b), b the pilot ladder's slope of log L on log C (PILOT_B) and L its mid-ladder loss
+(PILOT_L): its pilot sd is the arm's loss-difference sd times 1 / (L b), not divided by the ladder's four widths
+(their noise may be shared). A part whose statistic the pilot did not measure (C12) has no pilot sd (NaN) and no
+row of power.
+
+Effects of interest. A multiplier part's is the paper's own multiplier (log of it): "reproduced, smaller than
+claimed" then says the paper's figure lies above the interval, and "not reproduced" that an effect of the paper's
+size is excluded. C13's is half of Full's pilot gain (0.01 nats/byte: Block recovering all of Full's gain). C16's
+and C17's is 0.01 nats/byte. C13, C16 and C17 are not decidable at 5 seeds by the pilot's sds (the power table, at
+DESIGN_CALLS calls, says so; C16 narrowly); they are reported with their intervals, and a verdict other than
+undecided needs an effect beyond the design's.
+
+C12 reads the diagnostics at the end of training at the top width: per sublayer, the RMS of its input (the hidden
+state it reads: act_rms) and the norm of its parameters' gradient (grad_norm), on the diagnostics batch; the
+statistic is Pre-Norm's coefficient of variation over the 2 x DEPTH sublayers minus AttnRes's, per seed.
+
+Failures. A run that diverged counts at FAIL_LOSS in every loss statistic. Where a seed's statistic is still
+undefined (C12 without final diagnostics; a multiplier whose seed's Pre-Norm fit does not fall with compute), that
+seed takes the least favourable value among the others (v4's sensitivity rule), so it is never dropped.
 """
 import math
 from typing import NamedTuple
 
 from resnorm.results.design import Design
 
-# Not yet fixed: the multiplier parts (C11, C14, C15) and C12 have no pilot sd until a Pre-Norm pilot ladder gives
-# the slope of loss against compute at this scale, and C13 and C17 are not decidable at 5 seeds by the pilot's sds
-# (power_table). The design is fixed by the commit before the grid's first record; no record exists yet.
-STATUS = "draft"
+# Fixed by the commit before the grid's first record (results/v5/ holds the records).
+STATUS = "final"
 
 LADDER_D = (24, 32, 48, 72)
 DEPTH = 12
@@ -43,7 +67,11 @@ ARMS = ("pre_norm", "attn_res_block", "attn_res", "mudd", "denseformer", "value_
 FAIL_LOSS = math.log(256)      # nats/byte: a failed run counts at the uniform byte distribution's loss
 BUDGET_S = 6 * 3600            # the issue's budget: 6 hours of wall time at --jobs=2
 MARGIN = 0.10
-RUN_OVERHEAD_S = 10.0          # wall seconds per run at --jobs=2: half of a run's ~20 s start, compile and eval
+LR, WARMUP_FRAC = 3e-3, 0.1
+EVAL_BYTES = 131072            # half the :cpu stratified eval set: the eval is a run's largest fixed cost
+RUN_START_S = 5.0              # wall seconds per run: process start and compilation
+EVAL_STEPS = 60                # the final eval's cost in step times
+PILOT_B, PILOT_L = 0.080, 2.5  # the pilot ladder's slope of log L on log C, and its mid-ladder loss (nats/byte)
 
 # ms per step (8 x 64 tokens), 12 layers, both cores, measured 2026-12-05 (see the module docstring)
 STEP_MS = {
@@ -62,10 +90,15 @@ def steps(d: int) -> int:
   return max(1, round(TOKENS_PER_PARAM * non_embedding_params(d) / (BATCH * SEQ)))
 
 
+def laurel_rank(d: int) -> int:
+  return max(1, d // 16)
+
+
 def budget_s(seeds: int = SEEDS, corpora: int = len(CORPORA)) -> float:
   """The grid's wall time at --jobs=2: every arm at every width, seed and corpus."""
-  train = sum(steps(d) * STEP_MS[a][k] / 1000 for a in ARMS for k, d in enumerate(LADDER_D))
-  return seeds * corpora * (train + len(ARMS) * len(LADDER_D) * RUN_OVERHEAD_S)
+  per_corpus_seed = sum(RUN_START_S + (steps(d) + EVAL_STEPS) * STEP_MS[a][k] / 1000
+                        for a in ARMS for k, d in enumerate(LADDER_D))
+  return seeds * corpora * per_corpus_seed
 
 
 class Claim(NamedTuple):
@@ -94,7 +127,8 @@ CLAIMS = {
                         "the end of training, top width", None),
     ("C13", "a"): Claim("attn_res_block", "Attention Residuals, arXiv 2603.15031", "ablation over N",
                         "Block AttnRes with about 8 blocks recovers most of Full AttnRes's gain",
-                        "(Pre-Norm - Block) / (Pre-Norm - Full) of the final eval loss, minus 1/2, top width", None),
+                        "G_block - G_full / 2, G the mean over the ladder's widths of the paired final-eval-loss "
+                        "gain over Pre-Norm (> 0: Block recovers more than half of Full's gain)", None),
     ("C14", "a"): Claim("mudd", "MUDDFormer, arXiv 2502.12170", "scaling curves (Fig. 1)",
                         "matches Transformer++ trained with 1.8-2.4x the compute (1.89x at 834M)", MULT, 1.89),
     ("C15", "a"): Claim("value_residual", "ResFormer, arXiv 2410.17897", "scaling curves",
@@ -109,19 +143,24 @@ CLAIMS = {
 }
 
 # The pilot's per-seed sd of each part's statistic (NaN: not measured by the pilot; see the module docstring).
-# C13: the delta method on the pilot's Full and Block paired differences (covariance ignored), the larger corpus's.
+# C13 is the linear form of "most of Full's gain": G_block - G_full / 2 over the ladder's mean paired gains, > 0 when
+# Block recovers more than half; its sd is sd_block + sd_full / 2 (the worst case of their unknown covariance).
 # C17: DenseFormer was not in the pilot; the largest paired sd among the placements it ran (value_residual's) stands in.
 _T95_4 = 2.776   # t(0.975, 4): the pilot's intervals are mean +- t s / sqrt(5)
-_SD = lambda half: half * math.sqrt(5) / _T95_4
+_SD = lambda lo, hi: (hi - lo) / 2 * math.sqrt(5) / _T95_4
+PILOT_SD = {"attn_res_block": _SD(-0.0415, -0.0167), "attn_res": _SD(-0.0278, -0.0151), "mudd": _SD(-0.0517, -0.0301),
+            "value_residual": _SD(-0.0674, -0.0387), "laurel": _SD(-0.0157, -0.0072)}
+_MULT_SD = lambda arm: PILOT_SD[arm] / (PILOT_L * PILOT_B)
 DESIGN = {
-    ("C11", "a"): Design("ladder", math.nan, math.log(1.1), None),
+    ("C11", "a"): Design("ladder", _MULT_SD("attn_res_block"), math.log(1.25), None),
     ("C12", "a"): Design("ladder", math.nan, 0.1, None),
     ("C12", "b"): Design("ladder", math.nan, 0.1, None),
-    ("C13", "a"): Design("ladder", 0.57, 0.5, None),
-    ("C14", "a"): Design("ladder", math.nan, math.log(1.1), None),
-    ("C15", "a"): Design("ladder", math.nan, math.log(1.1), None),
-    ("C16", "a"): Design("ladder", _SD((-0.0072 + 0.0157) / 2), 0.01, None),
-    ("C17", "a"): Design("ladder", _SD((-0.0387 + 0.0674) / 2), 0.01, None),
+    ("C13", "a"): Design("ladder", PILOT_SD["attn_res_block"] + PILOT_SD["attn_res"] / 2, 0.01, None),
+    ("C14", "a"): Design("ladder", _MULT_SD("mudd"), math.log(1.89), None),
+    ("C15", "a"): Design("ladder", _MULT_SD("value_residual"), math.log(1 / (1 - 0.203)), None),
+    ("C16", "a"): Design("ladder", PILOT_SD["laurel"], 0.01, None),
+    ("C17", "a"): Design("ladder", PILOT_SD["value_residual"], 0.01, None),
 }
 BLOCK_SEEDS = {"ladder": SEEDS}
+DESIGN_CALLS = 1               # the power table's level: BH's threshold for a first call among FAMILY parts
 FAMILY = 2 * len(DESIGN)       # every part on both corpora, one Benjamini-Hochberg family

@@ -18,6 +18,7 @@ import platform
 
 from resnorm.core.errors import InputError, check
 from resnorm.io import storage, workdir as wd
+from resnorm.results import grid
 
 SCHEMA = 1
 DIAG_KEYS = ("act_rms", "grad_norm", "cos_next_median", "cos_next_p05", "cos_next_p95", "gain_forward",
@@ -158,12 +159,11 @@ def check_fingerprints(fps: dict, accept: bool) -> None:
   print(f"reporting records of {len(fps)} code fingerprints together (--accept_fingerprints): {listed}", flush=True)
 
 
-def record_finished(root: str, records_dir: str, d, fp: str) -> int:
-  """Writes the record of every run of the design that finished under root and has none yet; returns how many."""
-  from resnorm.results import grid
+def record_finished(root: str, records_dir: str, runs, fp: str) -> int:
+  """Writes the record of every run that finished under root and has none yet; returns how many. runs: (corpus,
+  recipe, seed, run name) of every run of a grid (v4_runs(d) for report v4's)."""
   n = 0
-  for c, r, s in grid.points(d):
-    name = grid.run_name(r, s, c)
+  for c, r, s, name in runs:
     path = grid.record_path(records_dir, c, name)
     if os.path.exists(path):
       continue
@@ -174,13 +174,17 @@ def record_finished(root: str, records_dir: str, d, fp: str) -> int:
   return n
 
 
+def v4_runs(d) -> list:
+  return [(c, r, s, grid.run_name(r, s, c)) for c, r, s in grid.points(d)]
+
+
 class Recorder:
-  """While the grid runs: every `period` seconds, the records of the runs finished since (a stopped grid loses no
+  """While a grid runs: every `period` seconds, the records of the runs finished since (a stopped grid loses no
   finished run's record)."""
 
-  def __init__(self, root: str, records_dir: str, d, fp: str, period: float = 30.0):
+  def __init__(self, root: str, records_dir: str, runs, fp: str, period: float = 30.0):
     import threading
-    self.args, self.period, self.written = (root, records_dir, d, fp), period, 0
+    self.args, self.period, self.written = (root, records_dir, runs, fp), period, 0
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._loop, daemon=True)
 

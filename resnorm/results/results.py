@@ -45,6 +45,9 @@ flags.DEFINE_string("records", None, "The run records' directory (one JSON per f
                     "they finish; the report reads them alone; points with a record are not run again). Default: "
                     f"{DEFAULT_RECORDS} for the full CPU design, none otherwise.")
 flags.DEFINE_bool("from_records", False, "Rebuild the report from the records alone: no run, no init diagnostics.")
+flags.DEFINE_enum("report", "v4", ["v4", "v5", "all"], "Which report: v4 (docs/results.md, its grid "
+                  "configs/sweeps/results.py), v5 (docs/results_v5.md, configs/sweeps/v5.py: the 2026 claims and "
+                  "the compute-equivalent multipliers), or all; --from_records rebuilds all by default.")
 flags.DEFINE_bool("accept_fingerprints", False, "Report records of code with different fingerprints together "
                   "(they are listed); refused otherwise.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -310,6 +313,15 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
+  which = "all" if FLAGS.from_records and not FLAGS["report"].present else FLAGS.report
+  rc = main_v4() if which in ("v4", "all") else 0
+  if which in ("v5", "all") and rc in (0, None):
+    from resnorm.results import report_v5
+    rc = report_v5.from_flags(FLAGS, own_records=which == "v5")
+  return rc
+
+
+def main_v4():
   check(not (FLAGS.quick and FLAGS.scale == "tpu"), "--quick is the CPU pipeline on a tiny model; drop --scale=tpu")
   size = "quick" if FLAGS.quick else os.environ.get(grid.SIZE_ENV) or "full"
   if FLAGS.scale == "tpu":
@@ -335,7 +347,7 @@ def main(argv):
   prepare_corpora(d)
   if recs:
     os.environ[grid.RECORDS_ENV] = recs  # the sweep file leaves out the points that have a record
-    with records.Recorder(root, recs, d, records.fingerprint()) as rec:
+    with records.Recorder(root, recs, records.v4_runs(d), records.fingerprint()) as rec:
       rc = run_grid(d, root, FLAGS.jobs, FLAGS.launcher)
     print(f"{rec.written} new run records in {recs}", flush=True)
   else:
