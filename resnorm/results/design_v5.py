@@ -119,7 +119,8 @@ CLAIMS = {
                         "Block AttnRes matches a Pre-Norm baseline trained with 1.25x the compute", MULT, 1.25),
     ("C12", "a"): Claim("attn_res", "Attention Residuals, arXiv 2603.15031", "Sec. 5, per-layer profiles",
                         "output magnitudes more uniform across depth than Pre-Norm's (PreNorm dilution mitigated)",
-                        "Pre-Norm minus AttnRes: coefficient of variation over sublayers of the output RMS, at the "
+                        "Pre-Norm minus AttnRes: coefficient of variation over sublayers of the RMS of the sublayer input (the "
+                        "hidden state each sublayer reads: act_rms), at the "
                         "end of training, top width", None),
     ("C12", "b"): Claim("attn_res", "Attention Residuals, arXiv 2603.15031", "Sec. 5, per-layer profiles",
                         "gradients more uniform across depth than Pre-Norm's",

@@ -59,17 +59,15 @@ def _on(corpora, all_corpora) -> str:
 
 
 def readme_block(by_corpus: dict, summary: dict, design_rows: list[dict]) -> list[str]:
-  """The README's findings, from the judged claims (summary: verdicts.finalize's, with "replication"), and the power
-  table's rows (verdicts.power_table)."""
+  """The README's findings, from the judged claims (summary: verdicts.finalize's; the replication test is in
+  docs/results.md), and the power table's rows (verdicts.power_table)."""
   corpora = list(by_corpus)
   t_rows = [r for r in design_rows if r["decidable"] is not None]
   no = [r["part"] for r in t_rows if not r["decidable"]]
-  out = [f"From [docs/results.md](docs/results.md), generated from the run records in `results/v4`. Each part's "
-         "verdict comes from its interval at the correction's level against the effect of interest declared before "
-         "the grid (resnorm/results/design.py): reproduced (flagged when smaller than claimed), not reproduced (a "
-         "decided null: an effect of the claim's size is excluded), opposite, or undecided; a part whose own "
-         f"statistic still drifts is out of regime. The power table fixed the seeds, and by its own a-priori MDE "
-         f"{len(no)} of {len(t_rows)} t-test parts cannot detect their effect of interest at them.", ""]
+  out = [f"From [docs/results.md](docs/results.md) (records in `results/v4`). Each part's verdict comes from its "
+         "interval against the effect of interest declared before the grid (resnorm/results/design.py); not "
+         "reproduced is a decided null. By the power table's own a-priori MDE "
+         f"{len(no)} of {len(t_rows)} t-test parts cannot detect their effect of interest.", ""]
   claims = []
   for i, c in enumerate(by_corpus[corpora[0]]):
     per = {k: by_corpus[k][i] for k in corpora}
@@ -102,23 +100,10 @@ def readme_block(by_corpus: dict, summary: dict, design_rows: list[dict]) -> lis
            if (ks := _where(ps, lambda p: p.get("smaller") and p["verdict"] == cl.REPRODUCED))]
   out.append(f"- **Reproduced but {verdicts.SMALLER}** (reported with its size, not generalised): "
              + ("; ".join(small) or "none") + ".")
-  rep = summary.get("replication") or {"rows": []}
-  if rep["rows"]:
-    by = {w: [r["part"] for r in rep["rows"] if r["verdict"] == w] for w in (rp.REPLICATED, rp.DID_NOT_REPLICATE,
-                                                                            rp.UNDECIDED)}
-    out.append("- **Across the corpora** (the interaction test: paired by seed, its own Benjamini-Hochberg family): "
-               + "; ".join(f"{w} by the interaction test: {', '.join(v) or 'none'}" for w, v in by.items()) + ".")
-  mde = {r["part"]: r for r in design_rows}
-  und = []
-  for pid, ps in parts:
-    ks = _where(ps, lambda p: p["verdict"] == cl.UNDECIDED)
-    if ks:
-      r = mde.get(pid)
-      size = (f"a-priori MDE {r['mde']:.2g}, effect of interest {r['effect']:g}" if r and r["mde"] is not None
-              else f"effect of interest {verdicts.effect_of(ps[ks[0]]):g}")
-      und.append(f"{pid} on {_on(ks, corpora)} ({size})")
-  out.append("- **Undecided**, with what the design could have detected (the a-priori MDE) beside the effect of "
-             "interest: " + ("; ".join(und) or "none") + ".")
+  und = [f"{pid} on {_on(ks, corpora)}" for pid, ps in parts
+         if (ks := _where(ps, lambda p: p["verdict"] == cl.UNDECIDED))]
+  out.append("- **Undecided** (what each could have detected: the power table in docs/results.md): "
+             + ("; ".join(und) or "none") + ".")
   oor = [f"{pid} on {_on(ks, corpora)}" for pid, ps in parts
          if (ks := _where(ps, lambda p: p["verdict"] == cl.OUT_OF_REGIME))]
   out.append("- **Out of regime** (the statistic still drifts in the last quarter): " + ("; ".join(oor) or "none")

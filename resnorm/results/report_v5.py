@@ -49,8 +49,60 @@ def from_flags(FLAGS, own_records: bool) -> int:
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   d = grid_v5.design()
   rc = 0
-  if not FLAGS.from_records:
+  if FLAGS.from_records:
+    records.check_present(recs)
+  else:
     rc = run_grid(d, storage.absolute(FLAGS.root or "runs/v5"), recs, FLAGS.jobs, FLAGS.launcher, passed)
     if rc == EXIT_BAD_INPUT:
       return rc
+  path = write_report(d, recs, FLAGS.out, FLAGS.accept_fingerprints)
+  print(f"wrote {path}", flush=True)
   return rc
+
+
+def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False) -> str:
+  """OUT/results_v5.md and OUT/figures/v5_loss_compute.png from the records alone (each read and checked first:
+  nothing is written unless all pass); where OUT is this checkout's docs/ at the full size, the README's v5
+  findings too."""
+  import datetime
+  from resnorm.io import provenance
+  from resnorm.results import claims_v5 as c5
+  from resnorm.results import report_v5_md as md
+  T = c5.Table(d, records_dir)
+  records.check_unique(T.digests)
+  records.check_fingerprints(T.fingerprints, accept_fingerprints)
+  check(T.recs, f"--records={records_dir} holds no record of report v5's runs: nothing to report from")
+  parts, summary, claim_verdicts = c5.judge(T)
+  mults = {c: c5.multipliers(T, c) for c in d["corpora"]}
+  n = len(grid_v5.points(d))
+  recs = list(T.recs.values())
+  diverged = sum(r["status"] == "diverged" for r in recs)
+  stalled = sum(r.get("learned_beyond_unigram") is False for r in recs)
+  missing: dict = {}
+  for c, p, s in grid_v5.points(d):
+    if (c, p.arm, p.d, s) not in T.recs:
+      missing[p.arm] = missing.get(p.arm, 0) + 1
+  commits = sorted({(r["provenance"].get("git_commit") or "unknown")[:10] for r in recs})
+  here = provenance.git_state()
+  where = os.path.relpath(records_dir, ROOT) if records_dir.startswith(ROOT + os.sep) else records_dir
+  header = [
+      "# Report v5: do the 2026 depth-aggregation claims hold?", "",
+      f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
+      f"resnorm.results --report=v5` (or `--from_records`) at commit `{(here['git_commit'] or 'unknown')[:10]}`.", "",
+      f"From the run records in `{where}` (code fingerprint{'s' if len(T.fingerprints) > 1 else ''} "
+      f"{', '.join(f'`{f}`' for f in sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
+      f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
+      "learned nothing beyond byte frequencies). Every number below is read from the records.",
+      "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
+           + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
+  os.makedirs(os.path.join(out, "figures"), exist_ok=True)
+  md.figure(T, mults, os.path.join(out, md.FIGURE))
+  path = os.path.join(out, "results_v5.md")
+  with open(path, "w") as f:
+    f.write("\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n")
+  readme = os.path.join(ROOT, "README.md")
+  if os.path.abspath(out) == os.path.join(ROOT, "docs") and d["size"] == "full":
+    text = open(readme).read()
+    with open(readme, "w") as f:
+      f.write(md.splice_readme(text, md.findings(T, parts, claim_verdicts, mults)))
+  return path

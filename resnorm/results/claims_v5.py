@@ -1,0 +1,199 @@
+"""Report v5's claims C11-C17 and its compute-equivalent table, from the grid's records alone (design_v5 declares
+both; grid_v5 names the runs).
+
+Per part and corpus, x_s is the per-seed statistic, signed so that the claim predicts x_s > 0 (design_v5.CLAIMS):
+- the multiplier parts (C11, C14, C15): mean_k log(C_pre,s(L_k,s) / C_k), C_pre,s the power law
+  (compute_equiv.fit_power_law) fitted to Pre-Norm's ladder of seed s and L_k,s the arm's final loss at width k;
+- C12a/b: Pre-Norm's coefficient of variation over sublayers of act_rms / grad_norm at the end of training at the
+  top width, minus AttnRes's;
+- C13: G_block - G_full / 2, G_arm = mean_k (L_pre,k,s - L_arm,k,s);
+- C16, C17: G_arm.
+A diverged run's loss is design_v5.FAIL_LOSS; a seed whose statistic is still undefined takes the least favourable
+value among the other seeds. A part with a run not finished is pending. The parts of both corpora are judged
+together by verdicts.finalize (one Benjamini-Hochberg family, v4's four-outcome rule) and claims by claims.combine.
+
+The compute-equivalent table is compute_equiv.multiplier per arm and corpus over the seeds whose ladder is complete
+for the arm and Pre-Norm, with compute = resnorm.model.flops' training FLOPs per token (the placement's own
+included) x the tokens trained, and whether the paper's multiplier lies inside the bootstrap interval.
+"""
+import functools
+import math
+
+import numpy as np
+
+from resnorm.results import claims as cl
+from resnorm.results import compute_equiv as ce
+from resnorm.results import design_v5 as v5
+from resnorm.results import grid, grid_v5, records, verdicts
+
+
+class Table:
+  """The grid's records, by (corpus, arm, width, seed): read and checked (records.read) once."""
+
+  def __init__(self, d, records_dir: str):
+    import os
+    self.d, self.records_dir, self.recs, self.fingerprints, self.digests = d, records_dir, {}, {}, {}
+    for c, p, s in grid_v5.points(d):
+      path = grid.record_path(records_dir, c, grid_v5.run_name(p, s, c))
+      if os.path.exists(path):
+        rec = records.read(path, records.identity(p, c, s))
+        self.recs[(c, p.arm, p.d, s)] = rec
+        self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
+        self.digests.setdefault(rec["digest"], set()).add(path)
+
+  def loss(self, c, arm, w, s) -> float | None:
+    """The final eval loss; FAIL_LOSS for a diverged run (or a non-finite loss); None while it has no record."""
+    rec = self.recs.get((c, arm, w, s))
+    if rec is None:
+      return None
+    x = rec.get("final_eval_loss")
+    return float(x) if rec["status"] == "completed" and x is not None and math.isfinite(x) else v5.FAIL_LOSS
+
+  def failed(self, c, arm, w, s) -> bool:
+    return self.loss(c, arm, w, s) == v5.FAIL_LOSS
+
+  def final_diag(self, c, arm, w, s) -> list | None:
+    """The sublayer rows of the diagnostics at the run's last step; None if it has none (diverged, or no record)."""
+    rec = self.recs.get((c, arm, w, s))
+    steps = self.d["steps"][w]
+    last = [x for x in (rec or {}).get("diags", []) if x["step"] == steps and x["sublayers"]]
+    return last[-1]["sublayers"] if last else None
+
+
+@functools.lru_cache(maxsize=None)
+def compute(arm: str, w: int, steps: int, size: str = "full") -> float:
+  """Training FLOPs of a run: flops.train_flops_per_token of its model (the placement's own terms included) x the
+  tokens it trained."""
+  from resnorm.config import configlib
+  from resnorm.model import flops
+  d = grid_v5.design(size)
+  p = grid_v5.Point(arm, w, steps)
+  cfg = _config(p, grid_v5.overrides(d, p, 0, d["corpora"][0]))
+  return float(flops.train_flops_per_token(configlib.model_config(cfg), cfg.data.seq_len) *
+               steps * cfg.train.batch_size * cfg.data.seq_len)
+
+
+def _config(p, over: dict):
+  import importlib.util
+  import os
+  from resnorm.config import configkeys
+  path = os.path.join(grid_v5.ROOT, grid_v5.config_path(p))
+  spec = importlib.util.spec_from_file_location("arm_config", path)
+  mod = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(mod)
+  cfg = mod.get_config("cpu")
+  for key, val in over.items():
+    configkeys.set_dotted(cfg, key, val)
+  return cfg
+
+
+def ladder(T: Table, c, arm, s) -> np.ndarray | None:
+  """[K] final losses of one seed's ladder, None while any is missing."""
+  xs = [T.loss(c, arm, w, s) for w in T.d["ladder"]]
+  return None if any(x is None for x in xs) else np.asarray(xs)
+
+
+def computes(T: Table, arm) -> np.ndarray:
+  return np.asarray([compute(arm, w, T.d["steps"][w], T.d["size"]) for w in T.d["ladder"]])
+
+
+def seed_log_multiplier(T: Table, c, arm, s):
+  """mean_k log(C_pre,s(L_k,s) / C_k) (None: a run missing; nan: seed s's Pre-Norm fit does not fall)."""
+  pre, place = ladder(T, c, "pre_norm", s), ladder(T, c, arm, s)
+  if pre is None or place is None:
+    return None
+  fit = ce.fit_power_law(computes(T, "pre_norm"), pre)
+  if fit is None:
+    return math.nan
+  return float(np.mean(np.log(ce.compute_to_reach(fit, place)) - np.log(computes(T, arm))))
+
+
+def gain(T: Table, c, arm, s):
+  """G = mean_k (L_pre - L_arm) over the ladder."""
+  pre, place = ladder(T, c, "pre_norm", s), ladder(T, c, arm, s)
+  return None if pre is None or place is None else float(np.mean(pre - place))
+
+
+def _cv(rows, key):
+  x = np.asarray([r[key] for r in rows], float)
+  return float(x.std() / x.mean())
+
+
+def cv_drop(key):
+  def f(T: Table, c, arm, s):
+    top = max(T.d["ladder"])
+    if T.recs.get((c, "pre_norm", top, s)) is None or T.recs.get((c, arm, top, s)) is None:
+      return None
+    pre, place = T.final_diag(c, "pre_norm", top, s), T.final_diag(c, arm, top, s)
+    return math.nan if pre is None or place is None else _cv(pre, key) - _cv(place, key)
+  return f
+
+
+def c13(T: Table, c, arm, s):
+  b, f = gain(T, c, arm, s), gain(T, c, "attn_res", s)
+  return None if b is None or f is None else b - f / 2
+
+
+STATISTIC = {("C11", "a"): seed_log_multiplier, ("C12", "a"): cv_drop("act_rms"), ("C12", "b"): cv_drop("grad_norm"),
+             ("C13", "a"): c13, ("C14", "a"): seed_log_multiplier, ("C15", "a"): seed_log_multiplier,
+             ("C16", "a"): gain, ("C17", "a"): gain}
+
+
+def part(T: Table, c: str, key) -> dict:
+  """One part on one corpus: its per-seed values, its test (None while pending), failures read."""
+  claim = v5.CLAIMS[key]
+  raw = {s: STATISTIC[key](T, c, claim.arm, s) for s in range(T.d["seeds"])}
+  pending = any(x is None for x in raw.values())
+  defined = [x for x in raw.values() if x is not None and math.isfinite(x)]
+  worst = min(defined) if defined else math.nan
+  values = {s: (worst if x is not None and not math.isfinite(x) else x) for s, x in raw.items() if x is not None}
+  arms = {"pre_norm", claim.arm} | ({"attn_res"} if key[0] == "C13" else set())
+  failed = sum(T.failed(c, a, w, s) for a in arms for w in T.d["ladder"] for s in range(T.d["seeds"])
+               if T.recs.get((c, a, w, s)))
+  test = None if pending or len(defined) < 2 else verdicts.t_test(list(values.values()))
+  return {"id": f"{key[0]}{key[1]}", "cid": key[0], "label": key[1], "corpus": c, "claim": claim,
+          "design": v5.DESIGN[key], "values": values, "undefined": sum(not math.isfinite(x) for x in raw.values()
+                                                                       if x is not None),
+          "failed_runs": failed, "pending": pending, "test": test}
+
+
+def judge(T: Table) -> tuple[list, dict, dict]:
+  """Every part on every corpus, judged as one family; the claims' verdicts per corpus."""
+  parts = [part(T, c, key) for c in T.d["corpora"] for key in v5.CLAIMS]
+  summary = verdicts.finalize(parts)
+  by_claim: dict = {}
+  for p in parts:
+    by_claim.setdefault((p["cid"], p["corpus"]), []).append(p)
+  claim_verdicts = {k: cl.combine(p["verdict"] for p in ps) for k, ps in by_claim.items()}
+  return parts, summary, claim_verdicts
+
+
+def multipliers(T: Table, c: str, resamples: int = 2000) -> dict:
+  """arm -> compute_equiv.Multiplier (or a string saying why there is none yet), over the seeds whose ladder is
+  complete for the arm and Pre-Norm."""
+  out = {}
+  c_pre = computes(T, "pre_norm")
+  for arm in T.d["arms"][1:]:
+    seeds = [s for s in range(T.d["seeds"]) if ladder(T, c, "pre_norm", s) is not None
+             and ladder(T, c, arm, s) is not None]
+    if len(seeds) < 2:
+      out[arm] = f"pending ({len(seeds)} complete seeds)"
+      continue
+    pre = np.stack([ladder(T, c, "pre_norm", s) for s in seeds], axis=1)
+    place = np.stack([ladder(T, c, arm, s) for s in seeds], axis=1)
+    try:
+      out[arm] = ce.multiplier(pre, place, c_pre, computes(T, arm), fill=v5.FAIL_LOSS, resamples=resamples)
+    except ValueError as e:
+      out[arm] = f"undefined ({e})"
+  return out
+
+
+def pre_fit(T: Table, c: str):
+  """Pre-Norm's power law over the seed means of its complete ladders (None: fewer than one, or not falling)."""
+  ls = [ladder(T, c, "pre_norm", s) for s in range(T.d["seeds"])]
+  ls = [x for x in ls if x is not None]
+  return ce.fit_power_law(computes(T, "pre_norm"), np.mean(ls, axis=0)) if ls else None
+
+
+def paper_figure(arm: str) -> float | None:
+  return next((c.figure for c in v5.CLAIMS.values() if c.arm == arm and c.figure), None)

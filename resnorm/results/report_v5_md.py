@@ -1,0 +1,154 @@
+"""Report v5's page (docs/results_v5.md), its loss-against-compute figure and the README's v5 findings, from
+claims_v5's judged parts and multipliers. Every number is read from the records; nothing is typed in."""
+import math
+import os
+
+import numpy as np
+
+from resnorm.results import claims_v5 as c5
+from resnorm.results import compute_equiv as ce
+from resnorm.results import design, verdicts
+from resnorm.results import design_v5 as v5
+
+NAMES = {"pystdlib": "Python", "shakespeare": "Shakespeare"}
+BEGIN = ("<!-- findings v5: generated from the run records by `python -m resnorm.results` "
+         "(resnorm/results/report_v5_md.py); edits between these markers are overwritten -->")
+END = "<!-- /findings v5 -->"
+FIGURE = "figures/v5_loss_compute.png"
+
+
+def _n(x, fmt=".3g") -> str:
+  return "n/a" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _x(m) -> str:
+  """A multiplier and its bootstrap interval, or why there is none."""
+  if isinstance(m, str):
+    return m
+  return f"{m.value:.2f}x [{m.lo:.2f}, {m.hi:.2f}]"
+
+
+def design_lines(T) -> list[str]:
+  d = T.d
+  rows = ["| width d | heads | non-embedding params | steps | tokens | Pre-Norm training FLOPs |", "|---|---|---|---|---|---|"]
+  for w in d["ladder"]:
+    s = d["steps"][w]
+    rows.append(f"| {w} | {w // v5.HEAD_DIM} | {v5.non_embedding_params(w, d['depth']):,} | {s} | "
+                f"{s * v5.BATCH * v5.SEQ:,} | {c5.compute('pre_norm', w, s, d['size']):.3g} |")
+  return [f"Design (resnorm/results/design_v5.py, status `{v5.STATUS}`, committed before the first record): "
+          f"{', '.join(d['arms'])} at {d['depth']} layers on the ladder below, {d['seeds']} seeds (a seed gives every "
+          f"arm the same base weights and data order), corpora {', '.join(d['corpora'])}; lr {v5.LR:g}, warmup "
+          f"{v5.WARMUP_FRAC:.0%}, cosine; one eval at the end on {v5.EVAL_BYTES:,} bytes of the stratified eval set; "
+          f"a diverged run counts at {v5.FAIL_LOSS:.3f} nats/byte (the byte-uniform loss). Compute counts each "
+          "placement's own FLOPs (resnorm.model.flops).", "", *rows]
+
+
+def claims_table(parts, claim_verdicts, summary) -> list[str]:
+  out = ["| part | arm | the paper says (where) | statistic (> 0: as claimed) | corpus | mean [FCR interval] | "
+         "95% interval | verdict | claim |", "|---|---|---|---|---|---|---|---|---|"]
+  for p in parts:
+    c, t = p["claim"], p["test"]
+    iv = "pending" if p["pending"] else (
+        "n/a" if t is None else f"{t['mean']:+.3g} [{p['ci'][0]:+.3g}, {p['ci'][1]:+.3g}]")
+    iv95 = "" if p["ci95"] is None else f"[{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}]"
+    verdict = p["verdict"] + (f" ({verdicts.SMALLER})" if p.get("smaller") else "")
+    out.append(f"| {p['id']} | {c.arm} | {c.says} ({c.paper}, {c.where}) | {c.statistic} | {p['corpus']} | {iv} | "
+               f"{iv95} | {verdict} | {claim_verdicts[(p['cid'], p['corpus'])]} |")
+  return out
+
+
+def power_lines(m: int) -> list[str]:
+  rows = verdicts.power_table(v5.DESIGN, v5.BLOCK_SEEDS, m, v5.DESIGN_CALLS)
+  out = [f"Power (the design's, from the pilot's per-seed sds): the a-priori minimum detectable effect at 80% power "
+         f"of the two-sided t-test at the design level {rows[0]['level']:.3g} = q x {v5.DESIGN_CALLS} / {m}.", "",
+         "| part | pilot sd | seeds | a-priori MDE | effect of interest | power at it | decidable |",
+         "|---|---|---|---|---|---|---|"]
+  for r in rows:
+    dec = "n/a" if r["decidable"] is None else ("yes" if r["decidable"] else "**no**")
+    out.append(f"| {r['part']} | {_n(r['pilot_sd'], '.2g')} | {r['n']} | {_n(r['mde'], '.2g')} | {r['effect']:.3g} | "
+               f"{'n/a' if r['power'] is None else format(r['power'], '.0%')} | {dec} |")
+  return out
+
+
+def multiplier_lines(T, mults: dict) -> list[str]:
+  out = ["| arm | corpus | compute-equivalent multiplier [95% bootstrap] | per width | the paper's | inside |",
+         "|---|---|---|---|---|---|"]
+  for arm in T.d["arms"][1:]:
+    for c in T.d["corpora"]:
+      m, fig = mults[c][arm], c5.paper_figure(arm)
+      per = "" if isinstance(m, str) else ", ".join(f"{x:.2f}" for x in m.per_size) + (
+          " (extrapolated)" if m.extrapolated else "")
+      inside = "" if fig is None or isinstance(m, str) else ("yes" if ce.inside(fig, m) else "**no**")
+      out.append(f"| {arm} | {c} | {_x(m)} | {per} | {'' if fig is None else f'{fig:.2f}x'} | {inside} |")
+  fits = [f"{c}: L = {f.a:.3g} C^-{f.b:.3g}" if f else f"{c}: no fit yet" for c, f in
+          ((c, c5.pre_fit(T, c)) for c in T.d["corpora"])]
+  return out + ["", f"Pre-Norm's fit over its seed means ({'; '.join(fits)}). A multiplier is Pre-Norm's compute to "
+                "reach the arm's loss over the arm's own compute, the geometric mean over widths "
+                "(resnorm/results/compute_equiv.py); its interval resamples the paired seeds."]
+
+
+def figure(T, mults: dict, path: str) -> None:
+  """Loss against compute, a panel per corpus: each arm's seed means, Pre-Norm's fitted power law, the multipliers
+  in the legend."""
+  from resnorm.viz.plots import plt
+  fig, axes = plt.subplots(1, len(T.d["corpora"]), figsize=(5.5 * len(T.d["corpora"]), 4.2), squeeze=False)
+  for ax, c in zip(axes[0], T.d["corpora"]):
+    for i, arm in enumerate(T.d["arms"]):
+      ls = [x for x in (c5.ladder(T, c, arm, s) for s in range(T.d["seeds"])) if x is not None]
+      if not ls:
+        continue
+      m = mults[c].get(arm)
+      tag = "" if arm == "pre_norm" or m is None or isinstance(m, str) else f" ({m.value:.2f}x)"
+      ax.plot(c5.computes(T, arm), np.mean(ls, axis=0), marker="os^Dv<>pP"[i % 9], ms=4, lw=1,
+              ls="-" if arm == "pre_norm" else "--", color=f"C{i}", label=f"{arm}{tag}, n={len(ls)}")
+    f = c5.pre_fit(T, c)
+    if f is not None:
+      cc = np.geomspace(f.c_lo, f.c_hi, 50)
+      ax.plot(cc, f.a * cc ** -f.b, color="k", lw=0.8, label=f"Pre-Norm fit {f.a:.3g} C^-{f.b:.3f}")
+      ax.set(xscale="log", yscale="log")
+    ax.set(xlabel="training FLOPs", ylabel="final eval loss (nats/byte)", title=NAMES.get(c, c))
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=6)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _on(per: dict) -> str:
+  """'V on both corpora' when every corpus has V, else 'V on A, W on B'."""
+  if len(set(per.values())) == 1 and len(per) > 1:
+    return f"{next(iter(per.values()))} on both corpora"
+  return ", ".join(f"{v} on {NAMES.get(c, c)}" for c, v in per.items())
+
+
+def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
+  """One line per placement for the README: its multiplier per corpus, whether the paper's lies inside the interval,
+  and its claims' verdicts."""
+  lines = []
+  for arm in T.d["arms"][1:]:
+    done = [c for c in T.d["corpora"] if not isinstance(mults[c][arm], str)]
+    ms = ", ".join(f"{_x(mults[c][arm]) if c in done else 'pending'} {NAMES.get(c, c)}" for c in T.d["corpora"])
+    fig = c5.paper_figure(arm)
+    if fig is not None and done:
+      ins = [NAMES.get(c, c) for c in done if ce.inside(fig, mults[c][arm])]
+      ms += f" (the paper's {fig:.2f}x inside on {' and '.join(ins) if ins else 'neither'})"
+    cids = sorted({p["cid"] for p in parts if p["claim"].arm == arm}, key=lambda x: int(x[1:]))
+    vs = "; ".join(f"{cid} " + _on({c: claim_verdicts[(cid, c)] for c in T.d["corpora"]}) for cid in cids)
+    lines.append(f"- **{arm}**: {ms}" + (f"; {vs}" if vs else "") + ".")
+  return lines
+
+
+def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[str]:
+  m = len(v5.CLAIMS) * len(T.d["corpora"])
+  return [*header, "", *design_lines(T), "", "## Claims", "", *claims_table(parts, claim_verdicts, summary), "",
+          verdicts.CORRECTION.format(q=verdicts.Q, m=summary["m"], level=summary["level"]) + ". " +
+          design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *power_lines(m), "",
+          "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "", f"![loss against compute]({FIGURE})",
+          "", "## Findings", "", *findings(T, parts, claim_verdicts, mults)]
+
+
+def splice_readme(text: str, lines: list[str]) -> str:
+  """The README with its v5 findings block replaced (it must have the markers)."""
+  i, j = text.index(BEGIN), text.index(END)
+  return text[:i] + "\n".join([BEGIN, *lines, ""]) + text[j:]

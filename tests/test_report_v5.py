@@ -1,0 +1,87 @@
+"""resnorm/results/grid_v5.py and report_v5.py: the grid names every run once with a valid config; points with a
+record are left out of the sweep; the page rebuilds from committed records alone (real test-size runs), the same
+twice but for the line that says when; a damaged record stops it in one line; and, in the integration suite, the
+test-size grid runs, records each run and reports end to end."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from resnorm.config import configlib
+from resnorm.results import claims_v5 as c5
+from resnorm.results import design_v5 as v5
+from resnorm.results import grid, grid_v5
+from test_cli import ENV, ROOT
+
+COMMITTED = os.path.join(ROOT, "tests", "data", "records_v5_test")
+
+
+def _results(*args, size="test", timeout=600):
+  return subprocess.run([sys.executable, "-m", "resnorm.results", "--report=v5", *args], cwd=ROOT,
+                        env={**ENV, grid.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
+
+
+def test_the_grid_names_every_run_once_and_each_config_is_the_designs():
+  d = grid_v5.design("full")
+  pts = grid_v5.points(d)
+  names = [grid_v5.run_name(p, s, c) for c, p, s in pts]
+  assert len(pts) == len(v5.ARMS) * len(v5.LADDER_D) * v5.SEEDS * len(v5.CORPORA) == len(set(names))
+  assert [s for _, _, s in pts] == sorted(s for _, _, s in pts)  # seed-major: a stopped grid leaves whole seeds
+  for c, p, s in pts[:len(v5.ARMS) * len(v5.LADDER_D)]:
+    cfg = c5._config(p, grid_v5.overrides(d, p, s, c))  # noqa: SLF001
+    configlib.validate(cfg)
+    m = cfg.model
+    assert (m.residual, m.num_layers, m.d_model, m.mlp_dim, m.d_model // m.num_heads) == \
+        (p.arm, v5.DEPTH, p.d, 4 * p.d, v5.HEAD_DIM)
+    assert (cfg.train.steps, cfg.train.lr, cfg.train.batch_size, cfg.data.seq_len) == \
+        (v5.steps(p.d), v5.LR, v5.BATCH, v5.SEQ)
+    assert cfg.train.eval_every == cfg.train.steps and m.laurel.rank == v5.laurel_rank(p.d)
+    assert bool(cfg.train.diag_every) == (p.d == max(v5.LADDER_D) and p.arm in ("pre_norm", "attn_res"))
+
+
+def test_points_with_a_record_are_left_out_of_the_sweep(tmp_path):
+  d = grid_v5.design("test")
+  c, p, s = grid_v5.points(d)[3]
+  path = grid.record_path(str(tmp_path), c, grid_v5.run_name(p, s, c))
+  os.makedirs(os.path.dirname(path))
+  open(path, "w").write("{}")
+  added = []
+  grid_v5.add_points(lambda **kw: added.append(kw["name"]), d, str(tmp_path))
+  assert len(added) == len(grid_v5.points(d)) - 1 and grid_v5.run_name(p, s, c) not in added
+
+
+def test_the_page_rebuilds_from_committed_records_alone(tmp_path):
+  pages = []
+  for k in range(2):
+    out = tmp_path / f"out{k}"
+    r = _results("--from_records", f"--records={COMMITTED}", f"--out={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "figures" / "v5_loss_compute.png").stat().st_size > 10_000
+    pages.append((out / "results_v5.md").read_text())
+  a, b = (p.split("\n", 3) for p in pages)
+  assert a[2].startswith("Generated ") and a[3] == b[3]
+  assert "Runs: 16 of 16 finished" in a[3] and "| C11a | attn_res_block |" in a[3] and "pending" in a[3]
+  assert not (tmp_path / "runs").exists()
+
+
+def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
+  import shutil
+  recs = tmp_path / "records"
+  shutil.copytree(COMMITTED, recs)
+  victim = recs / "pystdlib" / "attn_res-d8-3st-s1.json"
+  victim.write_text(victim.read_text().replace('"seed":1', '"seed":0'))
+  r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}")
+  assert r.returncode == 2 and "attn_res-d8-3st-s1.json" in r.stderr and "Traceback" not in r.stderr
+  assert not (tmp_path / "out" / "results_v5.md").exists()
+
+
+@pytest.mark.integration  # 16 real runs through resnorm.sweep, then the page
+def test_the_test_grid_runs_records_and_reports(tmp_path):
+  recs, out = tmp_path / "records", tmp_path / "out"
+  r = _results(f"--records={recs}", f"--root={tmp_path / 'runs'}", "--jobs=2", f"--out={out}", timeout=900)
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert len(list((recs / "pystdlib").glob("*.json"))) == len(grid_v5.points(grid_v5.design("test")))
+  first = (out / "results_v5.md").read_text().split("\n", 3)[3]
+  r = _results("--from_records", f"--records={recs}", f"--out={out}")
+  assert r.returncode == 0 and (out / "results_v5.md").read_text().split("\n", 3)[3] == first
