@@ -73,3 +73,24 @@ def test_no_multiplier_when_pre_norm_does_not_improve_with_compute():
   with pytest.raises(ValueError, match="does not fall with compute"):
     compute_equiv.multiplier(pre, pre, C_K, C_K)
   assert compute_equiv.fit_power_law(C_K, _law(C_K)[::-1]) is None
+
+
+def test_extrapolated_only_beyond_pre_norms_loss_range():
+  """A placement whose seed means lie between Pre-Norm's lowest and highest loss is inside the fitted range."""
+  pre = np.repeat(_law(C_K)[:, None], 3, axis=1)
+  inner = np.repeat(_law(C_K * np.array([1.5, 1.5, 1.5, 1.0]))[:, None], 3, axis=1)
+  assert not compute_equiv.multiplier(pre, inner, C_K, C_K, resamples=20).extrapolated
+  above = np.repeat(_law(C_K * np.array([0.5, 1, 1, 1]))[:, None], 3, axis=1)  # worse than Pre-Norm's smallest
+  assert compute_equiv.multiplier(pre, above, C_K, C_K, resamples=20).extrapolated
+
+
+def test_a_resample_whose_fit_does_not_fall_sits_at_the_least_favourable_end():
+  """One seed of three has Pre-Norm's loss rising with compute: a resample drawing it twice or more (7 in 27) has no
+  fit, and a 90% interval with that failed share has its lower end at 0 (no Pre-Norm compute reaches it), its upper
+  end finite."""
+  pre = np.repeat(_law(C_K)[:, None], 3, axis=1)
+  pre[:, 0] = _law(C_K)[::-1]
+  place = np.repeat(_law(1.2 * C_K)[:, None], 3, axis=1)
+  m = compute_equiv.multiplier(pre, place, C_K, C_K, resamples=2000, level=0.9, seed=3)
+  assert 0.2 < m.failed_frac < 0.32
+  assert m.lo == 0.0 and np.isfinite(m.hi) and m.hi > 1

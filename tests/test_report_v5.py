@@ -85,3 +85,13 @@ def test_the_test_grid_runs_records_and_reports(tmp_path):
   first = (out / "results_v5.md").read_text().split("\n", 3)[3]
   r = _results("--from_records", f"--records={recs}", f"--out={out}")
   assert r.returncode == 0 and (out / "results_v5.md").read_text().split("\n", 3)[3] == first
+
+
+@pytest.mark.integration  # the "done when": one command rebuilds both reports from the committed records
+def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(tmp_path):
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--out={tmp_path}"], cwd=ROOT,
+                     env=ENV, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 0, r.stderr[-2000:]
+  v5_page = (tmp_path / "results_v5.md").read_text()
+  assert (tmp_path / "results.md").exists() and "| C11a | attn_res_block |" in v5_page
+  assert f"from the run records in `{grid_v5.DEFAULT_RECORDS}`" in v5_page.replace("From", "from")

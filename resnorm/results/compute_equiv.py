@@ -111,7 +111,8 @@ def multiplier(pre_KS, place_KS, c_pre_K, c_place_K, fill=None, resamples: int =
       draws.append(-np.inf)           # no Pre-Norm compute reaches it: the least favourable end
     else:
       draws.append(float(np.mean(out[0])))
-  lo, hi = np.quantile(np.asarray(draws), [(1 - level) / 2, (1 + level) / 2])
+  # order statistics, not interpolation: a failed resample (-inf) beside a finite one would interpolate to NaN
+  lo, hi = np.quantile(np.asarray(draws), [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
   return Multiplier(float(np.exp(np.mean(log_m))), float(np.exp(lo)), float(np.exp(hi)),
                     tuple(float(v) for v in np.exp(log_m)), extrapolated, failed / resamples)
 
