@@ -32,6 +32,7 @@ def test_each_width_trains_the_same_tokens_per_param():
 
 def test_the_grid_fits_its_budget_by_the_measured_step_times():
   assert set(v5.STEP_MS) == set(v5.ARMS) and all(len(t) == len(v5.LADDER_D) for t in v5.STEP_MS.values())
+  assert v5.run_s("mhc", 72) == v5.RUN_START_S + (v5.steps(72) + v5.EVAL_STEPS) * v5.STEP_MS["mhc"][3] / 1000
   assert v5.budget_s() <= v5.BUDGET_S * (1 - v5.MARGIN)
   # one more seed would not fit: the budget is what sets the seeds
   assert v5.budget_s(seeds=v5.SEEDS + 1) > v5.BUDGET_S * (1 - v5.MARGIN)

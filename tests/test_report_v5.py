@@ -76,6 +76,17 @@ def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
   assert not (tmp_path / "out" / "results_v5.md").exists()
 
 
+@pytest.mark.parametrize("args, size, says", [
+    (["--quick"], "full", "report v5 has no --quick or --scale=tpu design"),
+    (["--from_records", "--records=/nonexistent/v5"], "full", "is not a directory"),
+    (["--from_records"], "quick", "report v5 has sizes full and test, not 'quick'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, size, says):
+  r = _results(*args, f"--out={tmp_path}", size=size, timeout=120)
+  assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr[-1500:]
+  assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.integration  # 16 real runs through resnorm.sweep, then the page
 def test_the_test_grid_runs_records_and_reports(tmp_path):
   recs, out = tmp_path / "records", tmp_path / "out"

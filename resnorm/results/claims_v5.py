@@ -177,7 +177,7 @@ def multipliers(T: Table, c: str, resamples: int = 2000) -> dict:
     seeds = [s for s in range(T.d["seeds"]) if ladder(T, c, "pre_norm", s) is not None
              and ladder(T, c, arm, s) is not None]
     if len(seeds) < 2:
-      out[arm] = f"pending ({len(seeds)} complete seeds)"
+      out[arm] = f"pending ({len(seeds)} complete seed{'' if len(seeds) == 1 else 's'})"
       continue
     pre = np.stack([ladder(T, c, "pre_norm", s) for s in seeds], axis=1)
     place = np.stack([ladder(T, c, arm, s) for s in seeds], axis=1)

@@ -96,9 +96,12 @@ def laurel_rank(d: int) -> int:
 
 def budget_s(seeds: int = SEEDS, corpora: int = len(CORPORA)) -> float:
   """The grid's wall time at --jobs=2: every arm at every width, seed and corpus."""
-  per_corpus_seed = sum(RUN_START_S + (steps(d) + EVAL_STEPS) * STEP_MS[a][k] / 1000
-                        for a in ARMS for k, d in enumerate(LADDER_D))
-  return seeds * corpora * per_corpus_seed
+  return seeds * corpora * sum(run_s(a, d) for a in ARMS for d in LADDER_D)
+
+
+def run_s(arm: str, d: int) -> float:
+  """One run's wall seconds by the budget model: start, training steps and the final eval at the measured step time."""
+  return RUN_START_S + (steps(d) + EVAL_STEPS) * STEP_MS[arm][LADDER_D.index(d)] / 1000
 
 
 class Claim(NamedTuple):

@@ -9,6 +9,7 @@ import sys
 
 from resnorm.core.errors import EXIT_BAD_INPUT, check
 from resnorm.io import storage
+from resnorm.results import design_v5 as v5
 from resnorm.results import grid, grid_v5, records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -77,6 +78,10 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
   n = len(grid_v5.points(d))
   recs = list(T.recs.values())
   diverged = sum(r["status"] == "diverged" for r in recs)
+  spans = [(r["timing"]["started_at"], r["timing"]["finished_at"]) for r in recs
+           if (r.get("timing") or {}).get("started_at") and r["timing"].get("finished_at")]
+  # the design's budget model for the runs that finished, beside what they took (at --jobs=2, two at a time)
+  model_s = sum(v5.run_s(r["recipe"][0], r["recipe"][1]) for r in recs if r["recipe"][1] in v5.LADDER_D)
   stalled = sum(r.get("learned_beyond_unigram") is False for r in recs)
   missing: dict = {}
   for c, p, s in grid_v5.points(d):
@@ -93,6 +98,9 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
       f"{', '.join(f'`{f}`' for f in sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
       f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
       "learned nothing beyond byte frequencies). Every number below is read from the records.",
+      "", f"Cost: {sum(b - a for a, b in spans) / 3600:.2f} run-hours, {sum(b - a for a, b in spans) / 7200:.2f} "
+      f"hours of wall time at two runs at a time; the design's budget model (design_v5.run_s) gives "
+      f"{model_s / 3600:.2f} hours for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)

@@ -3,6 +3,7 @@ claims_v5's judged parts and multipliers. Every number is read from the records;
 import math
 import os
 
+import matplotlib.ticker
 import numpy as np
 
 from resnorm.results import claims_v5 as c5
@@ -107,6 +108,11 @@ def figure(T, mults: dict, path: str) -> None:
       ax.plot(cc, f.a * cc ** -f.b, color="k", lw=0.8, label=f"Pre-Norm fit {f.a:.3g} C^-{f.b:.3f}")
       ax.set(xscale="log", yscale="log")
     ax.set(xlabel="training FLOPs", ylabel="final eval loss (nats/byte)", title=NAMES.get(c, c))
+    if ax.get_yscale() == "log":  # plain losses, not 3 x 10^0
+      ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+      ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+    else:
+      ax.text(0.5, 0.5, "no complete Pre-Norm ladder yet", transform=ax.transAxes, ha="center", color="gray")
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6)
   fig.tight_layout()
