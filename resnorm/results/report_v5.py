@@ -49,6 +49,8 @@ def from_flags(FLAGS, own_records: bool) -> int:
                           os.path.join(ROOT, grid_v5.DEFAULT_RECORDS))
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   d = grid_v5.design()
+  if d["size"] != "full":  # tiny models: XLA's optimizations cost more compile time than they save
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   rc = 0
   if FLAGS.from_records:
     records.check_present(recs)
