@@ -85,7 +85,9 @@ def multiplier_lines(T, mults: dict) -> list[str]:
           ((c, c5.pre_fit(T, c)) for c in T.d["corpora"])]
   return out + ["", f"Pre-Norm's fit over its seed means ({'; '.join(fits)}). A multiplier is Pre-Norm's compute to "
                 "reach the arm's loss over the arm's own compute, the geometric mean over widths "
-                "(resnorm/results/compute_equiv.py); its interval resamples the paired seeds."]
+                "(resnorm/results/compute_equiv.py); its interval resamples the paired seeds (a 95% percentile bootstrap, "
+                "unadjusted). The verdicts of C11, C14 and C15 come from the claims table instead: a t-test over the "
+                "seeds' own multipliers, each against its seed's Pre-Norm fit, within the report's one correction."]
 
 
 def figure(T, mults: dict, path: str) -> None:
