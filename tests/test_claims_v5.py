@@ -115,6 +115,8 @@ def test_a_seed_without_final_diagnostics_takes_the_least_favourable_value(tmp_p
   p = c5.part(T, "pystdlib", ("C12", "a"))
   others = [v for s, v in p["values"].items() if s != 1]
   assert p["undefined"] == 1 and p["values"][1] == min(others) and len(p["values"]) == D["seeds"]
+  assert p["worst_seeds"] == [1] and "| C12a | pystdlib | " in "\n".join(md.seed_lines([p], D["seeds"]))
+  assert f"{min(others):+.4g}*" in md.seed_lines([p], D["seeds"])[2]
 
 
 def test_compute_counts_each_placements_own_flops_and_grows_with_width():

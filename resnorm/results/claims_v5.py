@@ -152,8 +152,9 @@ def part(T: Table, c: str, key) -> dict:
                if T.recs.get((c, a, w, s)))
   test = None if pending or len(defined) < 2 else verdicts.t_test(list(values.values()))
   return {"id": f"{key[0]}{key[1]}", "cid": key[0], "label": key[1], "corpus": c, "claim": claim,
-          "design": v5.DESIGN[key], "values": values, "undefined": sum(not math.isfinite(x) for x in raw.values()
-                                                                       if x is not None),
+          "design": v5.DESIGN[key], "values": values,
+          "worst_seeds": [s for s, x in raw.items() if x is not None and not math.isfinite(x)],
+          "undefined": sum(not math.isfinite(x) for x in raw.values() if x is not None),
           "failed_runs": failed, "pending": pending, "test": test}
 
 

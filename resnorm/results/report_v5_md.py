@@ -58,6 +58,19 @@ def claims_table(parts, claim_verdicts, summary) -> list[str]:
   return out
 
 
+def seed_lines(parts, seeds: int) -> list[str]:
+  """Every part's per-seed values (signed so that the claim predicts > 0), so that each mean re-derives; a seed that
+  took the least favourable value is starred, a missing one reads pending."""
+  out = ["| part | corpus | " + " | ".join(f"seed {s}" for s in range(seeds)) + " | failed runs read |",
+         "|---|---|" + "---|" * (seeds + 1)]
+  for p in parts:
+    cells = [("pending" if s not in p["values"] else f"{p['values'][s]:+.4g}" + ("*" if s in p["worst_seeds"] else ""))
+             for s in range(seeds)]
+    out.append(f"| {p['id']} | {p['corpus']} | " + " | ".join(cells) + f" | {p['failed_runs']} |")
+  return out + ["", "\\* the seed's statistic is undefined (no final diagnostics, or its Pre-Norm fit does not "
+                "fall): it takes the least favourable value of the others."]
+
+
 def power_lines(m: int) -> list[str]:
   rows = verdicts.power_table(v5.DESIGN, v5.BLOCK_SEEDS, m, v5.DESIGN_CALLS)
   out = [f"Power (the design's, from the pilot's per-seed sds): the a-priori minimum detectable effect at 80% power "
@@ -151,7 +164,8 @@ def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[st
   m = len(v5.CLAIMS) * len(T.d["corpora"])
   return [*header, "", *design_lines(T), "", "## Claims", "", *claims_table(parts, claim_verdicts, summary), "",
           verdicts.CORRECTION.format(q=verdicts.Q, m=summary["m"], level=summary["level"]) + ". " +
-          design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *power_lines(m), "",
+          design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *seed_lines(parts, T.d["seeds"]), "",
+          *power_lines(m), "",
           "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "", f"![loss against compute]({FIGURE})",
           "", "## Findings", "", *findings(T, parts, claim_verdicts, mults)]
 
