@@ -76,6 +76,23 @@ def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
   assert not (tmp_path / "out" / "results_v5.md").exists()
 
 
+def test_records_of_other_code_are_refused_unless_accepted(tmp_path):
+  import json
+  import shutil
+  from resnorm.results import records
+  recs = tmp_path / "records"
+  shutil.copytree(COMMITTED, recs)
+  path = recs / "pystdlib" / "pre_norm-d16-4st-s1.json"
+  rec = json.loads(path.read_text())
+  rec["fingerprint"] = "0" * 16
+  rec["digest"] = records._digest(rec)  # noqa: SLF001
+  records.write(str(path), rec)
+  r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}")
+  assert r.returncode == 2 and "2 fingerprints" in r.stderr and not (tmp_path / "out" / "results_v5.md").exists()
+  r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}", "--accept_fingerprints")
+  assert r.returncode == 0 and "`0000000000000000`" in (tmp_path / "out" / "results_v5.md").read_text()
+
+
 @pytest.mark.parametrize("args, size, says", [
     (["--quick"], "full", "report v5 has no --quick or --scale=tpu design"),
     (["--from_records", "--records=/nonexistent/v5"], "full", "is not a directory"),
