@@ -45,16 +45,29 @@ def design_lines(T) -> list[str]:
 
 
 def claims_table(parts, claim_verdicts, summary) -> list[str]:
-  out = ["| part | arm | the paper says (where) | statistic (> 0: as claimed) | corpus | mean [FCR interval] | "
-         "95% interval | verdict | claim |", "|---|---|---|---|---|---|---|---|---|"]
-  for p in parts:
-    c, t = p["claim"], p["test"]
-    iv = "pending" if p["pending"] else (
-        "n/a" if t is None else f"{t['mean']:+.3g} [{p['ci'][0]:+.3g}, {p['ci'][1]:+.3g}]")
-    iv95 = "" if p["ci95"] is None else f"[{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}]"
-    verdict = p["verdict"] + (f" ({verdicts.SMALLER})" if p.get("smaller") else "")
-    out.append(f"| {p['id']} | {c.arm} | {c.says} ({c.paper}, {c.where}) | {c.statistic} | {p['corpus']} | {iv} | "
-               f"{iv95} | {verdict} | {claim_verdicts[(p['cid'], p['corpus'])]} |")
+  """What each part tests (once), then its verdict per corpus beside its mean and intervals."""
+  corpora = list(dict.fromkeys(p["corpus"] for p in parts))
+  keys = list(dict.fromkeys((p["cid"], p["label"]) for p in parts))
+  by = {(p["cid"], p["label"], p["corpus"]): p for p in parts}
+  out = ["| part | arm | the paper says (where) | statistic per seed (> 0: as claimed) | effect of interest |",
+         "|---|---|---|---|---|"]
+  for k in keys:
+    c = v5.CLAIMS[k]
+    out.append(f"| {k[0]}{k[1]} | {c.arm} | {c.says} ({c.paper}, {c.where}) | {c.statistic} | "
+               f"{v5.DESIGN[k].effect:.3g} |")
+  out += ["", "| part | " + " | ".join(f"{NAMES.get(c, c)}: mean [FCR interval] (95%) | verdict | claim"
+                                      for c in corpora) + " |", "|---|" + "---|---|---|" * len(corpora)]
+  for k in keys:
+    cells = []
+    for c in corpora:
+      p = by[(*k, c)]
+      t = p["test"]
+      iv = "pending" if p["pending"] else ("n/a" if t is None else
+                                           f"{t['mean']:+.3g} [{p['ci'][0]:+.3g}, {p['ci'][1]:+.3g}] "
+                                           f"([{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}])")
+      cells.append(f"{iv} | {p['verdict']}" + (f" ({verdicts.SMALLER})" if p.get("smaller") else "") +
+                   f" | {claim_verdicts[(k[0], c)]}")
+    out.append(f"| {k[0]}{k[1]} | " + " | ".join(cells) + " |")
   return out
 
 
