@@ -166,7 +166,8 @@ def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
     fig = c5.paper_figure(arm)
     if fig is not None and done:
       ins = [NAMES.get(c, c) for c in done if ce.inside(fig, mults[c][arm])]
-      ms += f" (the paper's {fig:.2f}x inside on {' and '.join(ins) if ins else 'neither'})"
+      where = "both" if len(ins) == len(T.d["corpora"]) > 1 else " and ".join(ins) or "neither"
+      ms += f" (paper's {fig:.2f}x: inside {where})"
     cids = sorted({p["cid"] for p in parts if p["claim"].arm == arm}, key=lambda x: int(x[1:]))
     vs = "; ".join(f"{cid} " + _on({c: claim_verdicts[(cid, c)] for c in T.d["corpora"]}) for cid in cids)
     lines.append(f"- **{arm}**: {ms}" + (f"; {vs}" if vs else "") + ".")
