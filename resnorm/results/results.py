@@ -45,10 +45,8 @@ flags.DEFINE_string("records", None, "The run records' directory (one JSON per f
                     "they finish; the report reads them alone; points with a record are not run again). Default: "
                     f"{DEFAULT_RECORDS} for the full CPU design, none otherwise.")
 flags.DEFINE_bool("from_records", False, "Rebuild the report from the records alone: no run, no init diagnostics.")
-flags.DEFINE_enum("report", "v4", ["v4", "v5", "all"], "Which report: v4 (docs/results.md, its grid "
-                  "configs/sweeps/results.py), v5 (docs/results_v5.md, configs/sweeps/v5.py: the 2026 claims and "
-                  "the compute-equivalent multipliers), or all. Default: all for --from_records without --records (which "
-                  "names v4's records unless --report=v5), else v4.")
+flags.DEFINE_enum("report", "v4", ["v4", "v5", "all"], "v4 (docs/results.md), v5 (docs/results_v5.md: the 2026 "
+                  "claims, compute multipliers) or all; default all for --from_records without --records, else v4.")
 flags.DEFINE_bool("accept_fingerprints", False, "Report records of code with different fingerprints together "
                   "(they are listed); refused otherwise.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -314,8 +312,8 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
-  which = FLAGS.report if FLAGS["report"].present else \
-      ("all" if FLAGS.from_records and not FLAGS["records"].present else "v4")  # --records alone names v4's
+  # --records names v4's records unless --report=v5
+  which = FLAGS.report if FLAGS["report"].present else "all" if FLAGS.from_records and not FLAGS.records else "v4"
   rc = main_v4() if which in ("v4", "all") else 0
   if which in ("v5", "all") and rc in (0, None):
     from resnorm.results import report_v5
