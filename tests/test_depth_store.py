@@ -60,12 +60,13 @@ E2E = pytest.mark.integration  # further settings of a placement: `make test-int
 
 
 @pytest.mark.parametrize("name,over", [
-    ("attn_res", {}), ("attn_res_block", {}),
+    pytest.param("attn_res", {}, marks=E2E), ("attn_res_block", {}),
     pytest.param("attn_res_block", {"model.attn_res.num_blocks": 3}, marks=E2E),
     ("denseformer", {}),
     pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E),
     ("denseformer", {"model.remat": "full", "model.denseformer.dilation": 2}),
-    ("mudd", {}), ("laurel", {"model.laurel.pa_k": 6}), pytest.param("laurel", {}, marks=E2E),
+    pytest.param("mudd", {}, marks=E2E), ("laurel", {"model.laurel.pa_k": 6}),
+    pytest.param("laurel", {}, marks=E2E),
     pytest.param("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}, marks=E2E),
     pytest.param("laurel", {"model.laurel.rw": False}, marks=E2E)])
 def test_store_equals_carry(name, over):
@@ -109,7 +110,8 @@ def pre_norm_bytes():
   return {n: _temp_bytes("pre_norm", n) for n in (4, 8)}
 
 
-@pytest.mark.parametrize("name", ["attn_res", "denseformer", "mudd", pytest.param("attn_res_block", marks=E2E),
+@pytest.mark.parametrize("name", [pytest.param("attn_res", marks=E2E), "denseformer", pytest.param("mudd", marks=E2E),
+                                  pytest.param("attn_res_block", marks=E2E),
                                   pytest.param("laurel", marks=E2E)])
 def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
   """A placement's memory beyond Pre-Norm's at 8 layers is at most 2.3x its memory at 4 (linear: 2x; Block AttnRes
@@ -124,7 +126,8 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
 
 
 @pytest.mark.parametrize("name,over", [
-    ("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 5}), ("mudd", {}),
+    pytest.param("attn_res", {}, marks=E2E), pytest.param("attn_res_block", {"model.attn_res.num_blocks": 5}, marks=E2E),
+    ("mudd", {}),
     pytest.param("denseformer", {}, marks=E2E), pytest.param("laurel", {"model.laurel.pa_k": 7}, marks=E2E),
     pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E)])
 def test_runs_over_store_prefixes_equal_one_scan_over_the_whole_store(name, over):

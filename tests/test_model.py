@@ -62,8 +62,9 @@ def _first_segment(cfg):
   return residual.get(cfg.model.residual).layer_segments(cfg.model)[0][0]
 
 
-@pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), ("attn_res", "full"), ("laurel", "full"),
-                                         ("value_residual", "dots"), ("mudd", "full")])
+@pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), pytest.param("attn_res", "full", marks=pytest.mark.integration),
+                                         ("laurel", "full"), ("value_residual", "dots"),
+                                         pytest.param("mudd", "full", marks=pytest.mark.integration)])
 def test_remat_equals_no_remat(name, policy):
   cfg = tiny_config(name, 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)

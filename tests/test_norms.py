@@ -176,7 +176,8 @@ def test_derf_inits_follow_the_side_of_each_norm_and_nothing_of_it_is_decayed():
   assert not any(k[-1] == "bias" for k in flax.traverse_util.flatten_dict(params) if "norm" in "/".join(k))
 
 
-@pytest.mark.parametrize("norm,plain", [("dyt", False), pytest.param("dyt", True, marks=pytest.mark.integration),
+@pytest.mark.parametrize("norm,plain", [pytest.param("dyt", False, marks=pytest.mark.integration),
+                                        pytest.param("dyt", True, marks=pytest.mark.integration),
                                         ("derf", None)])
 def test_every_placement_runs_norm_free_but_ngpt_is_refused(norm, plain):
   """model.norm=dyt or derf under every variant that has norms: a finite forward; nGPT (no LayerNorm to replace)

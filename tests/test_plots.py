@@ -1,6 +1,8 @@
 """resnorm.viz.plots: the cross-run figures of `eval.py --sweep`."""
 import warnings
 
+import pytest
+
 from resnorm.viz import plots
 
 
@@ -37,6 +39,7 @@ def test_attn_res_depth_figures_show_its_depth_attention(tmp_path):
   assert "mixing.png" not in names and np.array(result["depth_mixing"]).shape == (4, 5)
 
 
+@pytest.mark.integration  # two more runs' figures; test_attn_res_depth_figures_show_its_depth_attention is make test's
 def test_mudd_and_laurel_figures(tmp_path):
   """MUDDFormer's token-averaged DA weights per way and their entropies; LAuReL's and value residual's learned
   weights profile."""

@@ -267,7 +267,8 @@ def _batch(seed, b=4, t=16):
 
 # Admin's omegas, nGPT's scalers and ReZero's gates also get their gradients checked against finite differences in
 # test_reference.py's fast cases; their five-step runs are in `make test-integration`.
-LEARN_ALSO = ("admin", "ngpt", "rezero")
+# the depth-store placements' five-step runs compile the slowest; their store is tested in test_depth_store.py
+LEARN_ALSO = ("admin", "ngpt", "rezero", "mudd", "attn_res", "attn_res_block")
 
 
 @pytest.mark.parametrize("name", by_variant(VARIANTS, also=LEARN_ALSO))
