@@ -123,3 +123,11 @@ def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(t
   v5_page = (tmp_path / "results_v5.md").read_text()
   assert (tmp_path / "results.md").exists() and "| C11a | attn_res_block |" in v5_page
   assert f"from the run records in `{grid_v5.DEFAULT_RECORDS}`" in v5_page.replace("From", "from")
+
+
+def test_the_cost_counts_each_arm_and_widths_median_run():
+  from resnorm.results import report_v5
+  rec = lambda arm, w, secs: {"recipe": [arm, w, 1], "timing": {"started_at": 100.0, "finished_at": 100.0 + secs}}
+  assert report_v5.run_seconds([rec("hc", 24, 10), rec("hc", 24, 600)]) == 2 * 10  # the low median of two
+  recs = [rec("hc", 24, 10), rec("hc", 24, 12), rec("hc", 24, 600), rec("mhc", 24, 20), rec("hc", 32, 5)]
+  assert report_v5.run_seconds(recs) == 3 * 12 + 20 + 5   # the 600 s run spanned a pause: it counts as 12

@@ -63,6 +63,17 @@ def from_flags(FLAGS, own_records: bool) -> int:
   return rc
 
 
+def run_seconds(recs) -> float:
+  """Per (arm, width): the (low) median start-to-finish seconds of its finished runs, times their number; summed."""
+  import statistics
+  by: dict = {}
+  for r in recs:
+    t = r.get("timing") or {}
+    if t.get("started_at") and t.get("finished_at"):
+      by.setdefault(tuple(r["recipe"][:2]), []).append(t["finished_at"] - t["started_at"])
+  return sum(statistics.median_low(v) * len(v) for v in by.values())  # low: of two runs, one may have spanned a pause
+
+
 def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False) -> str:
   """OUT/results_v5.md and OUT/figures/v5_loss_compute.png from the records alone (each read and checked first:
   nothing is written unless all pass); where OUT is this checkout's docs/ at the full size, the README's v5
@@ -80,8 +91,7 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
   n = len(grid_v5.points(d))
   recs = list(T.recs.values())
   diverged = sum(r["status"] == "diverged" for r in recs)
-  spans = [(r["timing"]["started_at"], r["timing"]["finished_at"]) for r in recs
-           if (r.get("timing") or {}).get("started_at") and r["timing"].get("finished_at")]
+  run_s = run_seconds(recs)
   # the design's budget model for the runs that finished, beside what they took (at --jobs=2, two at a time)
   model_s = sum(v5.run_s(r["recipe"][0], r["recipe"][1]) for r in recs if r["recipe"][1] in v5.LADDER_D)
   stalled = sum(r.get("learned_beyond_unigram") is False for r in recs)
@@ -100,9 +110,10 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
       f"{', '.join(f'`{f}`' for f in sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
       f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
       "learned nothing beyond byte frequencies). Every number below is read from the records.",
-      "", f"Cost: {sum(b - a for a, b in spans) / 3600:.2f} run-hours, {sum(b - a for a, b in spans) / 7200:.2f} "
-      f"hours of wall time at two runs at a time; the design's budget model (design_v5.run_s) gives "
-      f"{model_s / 3600:.2f} hours for these runs.",
+      "", f"Cost: {run_s / 3600:.2f} run-hours, {run_s / 7200:.2f} hours of wall time at two runs at a time (about; per "
+      "arm and width the median run's start-to-finish time, times its runs: a run that spanned a pause of the grid "
+      f"does not count its pause); the design's budget model (design_v5.run_s) gives {model_s / 3600:.2f} hours "
+      "for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)
