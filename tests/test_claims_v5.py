@@ -148,3 +148,36 @@ def test_the_readme_findings_name_every_placement_and_its_verdicts(tmp_path):
   assert ("C11 " + cv[("C11", "pystdlib")] + (" on both corpora" if one else " on Python")) in lines[0]
   text = md.splice_readme(f"a\n{md.BEGIN}\nold\n{md.END}\nb", lines)
   assert text.startswith(f"a\n{md.BEGIN}\n- **attn_res_block**") and text.endswith(f"{md.END}\nb") and "old" not in text
+
+
+def test_the_page_puts_each_corpus_in_its_own_column_and_says_both_only_when_both_agree(tmp_path):
+  mult = {"pre_norm": 1.0, "attn_res_block": 1.25, "mudd": 1.0, "attn_res": 1.0}
+  # Block: a seed-dependent offset on Python only, so the two corpora's parts differ
+  T = write(tmp_path, lambda c, a, w, s: law_loss(a, w, s, mult[a]) + (0.004 * (s - 2) if c == "pystdlib" and
+                                                                         a == "attn_res_block" else 0), only=mult)
+  parts, summary, cv = c5.judge(T)
+  by = {(p["id"], p["corpus"]): p for p in parts}
+  row = next(l for l in md.claims_table(parts, cv, summary) if l.startswith("| C11a | ") and "[" in l)
+  py, sh = by[("C11a", "pystdlib")], by[("C11a", "shakespeare")]
+  assert row.index(f"{py['test']['mean']:+.3g} [") < row.index(f"{sh['test']['mean']:+.3g} [")
+  assert py["test"]["mean"] != sh["test"]["mean"]
+  assert md._on({"pystdlib": "reproduced", "shakespeare": "undecided"}) == \
+      "reproduced on Python, undecided on Shakespeare"  # noqa: SLF001
+  assert md._on({"pystdlib": "undecided", "shakespeare": "undecided"}) == "undecided on both corpora"  # noqa: SLF001
+  mults = {c: c5.multipliers(T, c, resamples=200) for c in D["corpora"]}
+  lines = md.findings(T, parts, cv, mults)
+  for arm, line in zip(D["arms"][1:], lines):
+    fig = c5.paper_figure(arm)
+    if fig is None or isinstance(mults["pystdlib"][arm], str):
+      continue
+    ins = [md.NAMES[c] for c in D["corpora"] if mults[c][arm].lo <= fig <= mults[c][arm].hi]
+    want = "both" if len(ins) == 2 else " and ".join(ins) or "neither"
+    assert f"inside {want})" in line, line
+  assert "(paper's 1.89x: inside neither)" in lines[D["arms"].index("mudd") - 1]
+
+
+def test_only_the_least_favourable_seeds_are_starred():
+  p = {"id": "C12a", "corpus": "pystdlib", "values": {0: 0.3, 1: 0.1, 2: 0.1, 3: 0.2, 4: 0.5}, "worst_seeds": [1],
+       "failed_runs": 0}
+  cells = md.seed_lines([p], 5)[2].split(" | ")[2:7]
+  assert [c.endswith("*") for c in cells] == [False, True, False, False, False], cells

@@ -115,7 +115,6 @@ def test_the_test_grid_runs_records_and_reports(tmp_path):
   assert r.returncode == 0 and (out / "results_v5.md").read_text().split("\n", 3)[3] == first
 
 
-@pytest.mark.integration  # the "done when": one command rebuilds both reports from the committed records
 def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(tmp_path):
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--out={tmp_path}"], cwd=ROOT,
                      env=ENV, capture_output=True, text=True, timeout=600)
@@ -131,3 +130,29 @@ def test_the_cost_counts_each_arm_and_widths_median_run():
   assert report_v5.run_seconds([rec("hc", 24, 10), rec("hc", 24, 600)]) == 2 * 10  # the low median of two
   recs = [rec("hc", 24, 10), rec("hc", 24, 12), rec("hc", 24, 600), rec("mhc", 24, 20), rec("hc", 32, 5)]
   assert report_v5.run_seconds(recs) == 3 * 12 + 20 + 5   # the 600 s run spanned a pause: it counts as 12
+
+
+def test_v5_reads_records_only_where_named_and_writes_the_readme_only_from_this_checkouts_docs(tmp_path):
+  from resnorm.results import report_v5
+  default = os.path.join(ROOT, grid_v5.DEFAULT_RECORDS)
+  assert report_v5.records_dir("/x/v5", own_records=True) == "/x/v5"
+  assert report_v5.records_dir("/x/v4", own_records=False) == default == report_v5.records_dir(None, True)
+  assert report_v5.writes_readme(os.path.join(ROOT, "docs"), "full")
+  assert not report_v5.writes_readme(os.path.join(ROOT, "docs"), "test")
+  assert not report_v5.writes_readme(str(tmp_path / "docs"), "full")
+
+
+def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
+  from resnorm.results import records, report_v5
+  d = grid_v5.design("full")
+  recs = tmp_path / "records"
+  for (arm, status, learned, loss) in (("pre_norm", "completed", True, 3.0), ("hc", "diverged", None, None),
+                                       ("mhc", "completed", False, 3.4)):
+    p = grid_v5.Point(arm, 24, d["steps"][24])
+    rec = {"schema": records.SCHEMA, "kind": "run", "recipe": list(p), "corpus": "pystdlib", "seed": 0,
+           "status": status, "final_eval_loss": loss, "learned_beyond_unigram": learned, "diags": [],
+           "fingerprint": "f" * 16, "provenance": {"git_commit": "0" * 40}, "timing": {}}
+    rec["digest"] = records._digest(rec)  # noqa: SLF001
+    records.write(grid.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
+  page = open(report_v5.write_report(d, str(recs), str(tmp_path / "out"))).read()
+  assert "Runs: 3 of 360 finished (1 diverged, 1 learned nothing beyond byte frequencies)" in page

@@ -42,11 +42,20 @@ def run_grid(d, root: str, records_dir: str, jobs: int, launcher: str, passed=()
   return rc
 
 
+def records_dir(given: str | None, own_records: bool) -> str:
+  """v5's records: --records only where it names them (--report=v5), else the repository's results/v5."""
+  return storage.absolute(given if own_records and given else os.path.join(ROOT, grid_v5.DEFAULT_RECORDS))
+
+
+def writes_readme(out: str, size: str) -> bool:
+  """The README's v5 findings are regenerated only from this checkout's docs/ at the full size."""
+  return os.path.abspath(out) == os.path.join(ROOT, "docs") and size == "full"
+
+
 def from_flags(FLAGS, own_records: bool) -> int:
   """resnorm.results' flags: --records names v5's records only under --report=v5 (else they are v4's)."""
   check(not FLAGS.quick and FLAGS.scale == "cpu", "report v5 has no --quick or --scale=tpu design")
-  recs = storage.absolute(FLAGS.records if own_records and FLAGS.records else
-                          os.path.join(ROOT, grid_v5.DEFAULT_RECORDS))
+  recs = records_dir(FLAGS.records, own_records)
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   d = grid_v5.design()
   if d["size"] != "full":  # tiny models: XLA's optimizations cost more compile time than they save
@@ -122,7 +131,7 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
   with open(path, "w") as f:
     f.write("\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n")
   readme = os.path.join(ROOT, "README.md")
-  if os.path.abspath(out) == os.path.join(ROOT, "docs") and d["size"] == "full":
+  if writes_readme(out, d["size"]):
     text = open(readme).read()
     with open(readme, "w") as f:
       f.write(md.splice_readme(text, md.findings(T, parts, claim_verdicts, mults)))
