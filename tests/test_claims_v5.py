@@ -52,6 +52,10 @@ def test_a_placement_worth_m_times_the_compute_reads_log_m_per_seed_and_in_the_t
   m = c5.multipliers(T, "pystdlib", resamples=200)
   assert m["attn_res_block"].value == pytest.approx(1.5, rel=1e-6) and m["mudd"].value == pytest.approx(0.8, rel=1e-6)
   assert m["hc"].startswith("pending")
+  parts, _, cv = c5.judge(T)
+  lines = md.findings(T, parts, cv, {c: c5.multipliers(T, c, resamples=20) for c in D["corpora"]})
+  assert lines[0].startswith(f"- **attn_res_block** ({D['seeds']} of {D['seeds']}") is False
+  assert lines[D["arms"].index("hc") - 1].startswith(f"- **hc** (0 of {D['seeds']} seeds so far): pending Python")
   assert (m["attn_res_block"].lo, m["attn_res_block"].hi) == pytest.approx((1.5, 1.5), rel=1e-9)  # one law per seed
   assert not ce.inside(v5.CLAIMS[("C14", "a")].figure, m["mudd"])
   assert c5.pre_fit(T, "pystdlib").b == pytest.approx(B, rel=1e-6)
@@ -174,6 +178,7 @@ def test_the_page_puts_each_corpus_in_its_own_column_and_says_both_only_when_bot
     want = "both" if len(ins) == 2 else " and ".join(ins) or "neither"
     assert f"inside {want})" in line, line
   assert "(paper's 1.89x: inside neither)" in lines[D["arms"].index("mudd") - 1]
+  assert "so far" not in lines[0] and "so far" in lines[-1]  # Block's ladders are all complete, mHC has none
 
 
 def test_only_the_least_favourable_seeds_are_starred():

@@ -170,7 +170,10 @@ def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
       ms += f" (paper's {fig:.2f}x: inside {where})"
     cids = sorted({p["cid"] for p in parts if p["claim"].arm == arm}, key=lambda x: int(x[1:]))
     vs = "; ".join(f"{cid} " + _on({c: claim_verdicts[(cid, c)] for c in T.d["corpora"]}) for cid in cids)
-    lines.append(f"- **{arm}**: {ms}" + (f"; {vs}" if vs else "") + ".")
+    n = min(sum(c5.ladder(T, c, "pre_norm", s) is not None and c5.ladder(T, c, arm, s) is not None
+                for s in range(T.d["seeds"])) for c in T.d["corpora"])
+    so_far = f" ({n} of {T.d['seeds']} seeds so far)" if n < T.d["seeds"] else ""
+    lines.append(f"- **{arm}**{so_far}: {ms}" + (f"; {vs}" if vs else "") + ".")
   return lines
 
 
