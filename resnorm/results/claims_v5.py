@@ -18,6 +18,7 @@ included) x the tokens trained, and whether the paper's multiplier lies inside t
 """
 import functools
 import math
+import os
 
 import numpy as np
 
@@ -31,7 +32,6 @@ class Table:
   """The grid's records, by (corpus, arm, width, seed): read and checked (records.read) once."""
 
   def __init__(self, d, records_dir: str):
-    import os
     self.d, self.records_dir, self.recs, self.fingerprints, self.digests = d, records_dir, {}, {}, {}
     for c, p, s in grid_v5.points(d):
       path = grid.record_path(records_dir, c, grid_v5.run_name(p, s, c))
@@ -74,17 +74,9 @@ def compute(arm: str, w: int, steps: int, size: str = "full") -> float:
 
 
 def _config(p, over: dict):
-  import importlib.util
-  import os
-  from resnorm.config import configkeys
-  path = os.path.join(grid_v5.ROOT, grid_v5.config_path(p))
-  spec = importlib.util.spec_from_file_location("arm_config", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  cfg = mod.get_config("cpu")
-  for key, val in over.items():
-    configkeys.set_dotted(cfg, key, val)
-  return cfg
+  """The validated config the sweep runs for a point (its arm's config file, then the overrides)."""
+  from resnorm.sweep import preflight
+  return preflight.point_config({"config": grid_v5.config_path(p), "overrides": over}, grid_v5.ROOT)
 
 
 def ladder(T: Table, c, arm, s) -> np.ndarray | None:
@@ -146,15 +138,15 @@ def part(T: Table, c: str, key) -> dict:
   pending = any(x is None for x in raw.values())
   defined = [x for x in raw.values() if x is not None and math.isfinite(x)]
   worst = min(defined) if defined else math.nan
-  values = {s: (worst if x is not None and not math.isfinite(x) else x) for s, x in raw.items() if x is not None}
+  worst_seeds = [s for s, x in raw.items() if x is not None and not math.isfinite(x)]
+  values = {s: (worst if s in worst_seeds else x) for s, x in raw.items() if x is not None}
   arms = {"pre_norm", claim.arm} | ({"attn_res"} if key[0] == "C13" else set())
   failed = sum(T.failed(c, a, w, s) for a in arms for w in T.d["ladder"] for s in range(T.d["seeds"])
                if T.recs.get((c, a, w, s)))
   test = None if pending or len(defined) < 2 else verdicts.t_test(list(values.values()))
   return {"id": f"{key[0]}{key[1]}", "cid": key[0], "label": key[1], "corpus": c, "claim": claim,
           "design": v5.DESIGN[key], "values": values,
-          "worst_seeds": [s for s, x in raw.items() if x is not None and not math.isfinite(x)],
-          "undefined": sum(not math.isfinite(x) for x in raw.values() if x is not None),
+          "worst_seeds": worst_seeds, "undefined": len(worst_seeds),
           "failed_runs": failed, "pending": pending, "test": test}
 
 

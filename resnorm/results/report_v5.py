@@ -12,7 +12,7 @@ from resnorm.io import storage
 from resnorm.results import design_v5 as v5
 from resnorm.results import grid, grid_v5, records
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
+ROOT = grid_v5.ROOT  # the checkout
 
 
 def runs(d) -> list:
