@@ -156,3 +156,17 @@ def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
     records.write(grid.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
   page = open(report_v5.write_report(d, str(recs), str(tmp_path / "out"))).read()
   assert "Runs: 3 of 360 finished (1 diverged, 1 learned nothing beyond byte frequencies)" in page
+
+
+def test_a_failed_run_still_leaves_a_page_of_the_others_and_the_sweeps_exit_code(tmp_path, monkeypatch):
+  import types
+  from resnorm.results import report_v5
+  monkeypatch.setenv(grid.SIZE_ENV, "test")
+  monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)  # from_flags sets it: restored after
+  monkeypatch.setattr(report_v5, "run_grid", lambda *a, **k: 1)  # one run of the sweep failed; the rest recorded
+  class Flags(types.SimpleNamespace):  # absl's FLAGS, with no --slurm.* flags given
+    __iter__ = lambda self: iter(())
+  FLAGS = Flags(quick=False, scale="cpu", records=COMMITTED, from_records=False, root=None, jobs=2, launcher="local",
+                out=str(tmp_path), accept_fingerprints=False)
+  assert report_v5.from_flags(FLAGS, own_records=True) == 1
+  assert "Runs: 16 of 16 finished" in (tmp_path / "results_v5.md").read_text()
