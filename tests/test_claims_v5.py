@@ -58,6 +58,10 @@ def test_a_placement_worth_m_times_the_compute_reads_log_m_per_seed_and_in_the_t
   assert lines[D["arms"].index("hc") - 1].startswith(f"- **hc** (0 of {D['seeds']} seeds so far): pending Python")
   assert (m["attn_res_block"].lo, m["attn_res_block"].hi) == pytest.approx((1.5, 1.5), rel=1e-9)  # one law per seed
   assert not ce.inside(v5.CLAIMS[("C14", "a")].figure, m["mudd"])
+  table = md.multiplier_lines(T, {c: c5.multipliers(T, c, resamples=20) for c in D["corpora"]})
+  assert next(l for l in table if l.startswith("| mudd | pystdlib |")).endswith("| 1.89x | **above** the interval |")
+  block = next(l for l in table if l.startswith("| attn_res_block | pystdlib |"))
+  assert m["attn_res_block"].extrapolation > 1.5 and f"(read {m['attn_res_block'].extrapolation:.2f}x beyond" in block
   assert c5.pre_fit(T, "pystdlib").b == pytest.approx(B, rel=1e-6)
 
 
@@ -110,17 +114,20 @@ def test_c12_is_the_drop_in_the_coefficient_of_variation_and_c13_the_linear_shar
     assert c5.part(T, "pystdlib", ("C13", "a"))["values"][s] == pytest.approx((0.02 - 0.03 / 2) * (1 + 0.1 * s))
 
 
-def test_a_seed_without_final_diagnostics_takes_the_least_favourable_value(tmp_path):
+def test_a_seed_without_final_diagnostics_is_judged_by_v4s_sensitivity_rule(tmp_path):
   top = max(D["ladder"])
   diags = lambda c, a, w, s: [{"step": D["steps"][w], "sublayers": [{"act_rms": 1.0 + i * (a == "pre_norm") + s,
                                                                       "grad_norm": 1.0} for i in range(4)]}] \
       if w == top and not (a == "attn_res" and s == 1) else None
   T = write(tmp_path, lambda c, a, w, s: law_loss("pre_norm", w, s), only={"pre_norm", "attn_res"}, diags=diags)
   p = c5.part(T, "pystdlib", ("C12", "a"))
-  others = [v for s, v in p["values"].items() if s != 1]
-  assert p["undefined"] == 1 and p["values"][1] == min(others) and len(p["values"]) == D["seeds"]
-  assert p["worst_seeds"] == [1] and "| C12a | pystdlib | " in "\n".join(md.seed_lines([p], D["seeds"]))
-  assert f"{min(others):+.4g}*" in md.seed_lines([p], D["seeds"])[2]
+  others = [p["values"][s] for s in range(D["seeds"]) if s != 1]
+  assert p["undefined"] == 1 and p["worst_seeds"] == [1] and 1 not in p["values"] and not p["pending"]
+  assert p["test"]["n"] == D["seeds"] - 1 and p["test"]["mean"] == pytest.approx(np.mean(others))  # not imputed
+  assert p["worst"]["n"] == D["seeds"] and p["worst"]["mean"] == pytest.approx(np.mean(others + [min(others)]))
+  assert p["worst_high"]["mean"] == pytest.approx(np.mean(others + [max(others)]))  # least favourable to "opposite"
+  lines = md.seed_lines([p], D["seeds"])
+  assert lines[2].split(" | ")[3] == "undefined\\*" and f"{others[0]:+.4g}" in lines[2]
 
 
 def test_compute_counts_each_placements_own_flops_and_grows_with_width():
@@ -174,15 +181,17 @@ def test_the_page_puts_each_corpus_in_its_own_column_and_says_both_only_when_bot
     fig = c5.paper_figure(arm)
     if fig is None or isinstance(mults["pystdlib"][arm], str):
       continue
-    ins = [md.NAMES[c] for c in D["corpora"] if mults[c][arm].lo <= fig <= mults[c][arm].hi]
-    want = "both" if len(ins) == 2 else " and ".join(ins) or "neither"
-    assert f"inside {want})" in line, line
-  assert "(paper's 1.89x: inside neither)" in lines[D["arms"].index("mudd") - 1]
+    sides = ["inside" if mults[c][arm].lo <= fig <= mults[c][arm].hi else "above" if fig > mults[c][arm].hi else
+             "below" for c in D["corpora"]]
+    want = (f"{sides[0]} both intervals" if sides[0] == sides[1] else
+            f"{sides[0]} Python's, {sides[1]} Shakespeare's intervals")
+    assert f"(paper's {fig:.2f}x: {want})" in line, line
+  assert "(paper's 1.89x: above both intervals)" in lines[D["arms"].index("mudd") - 1]
   assert "so far" not in lines[0] and "so far" in lines[-1]  # Block's ladders are all complete, mHC has none
 
 
-def test_only_the_least_favourable_seeds_are_starred():
-  p = {"id": "C12a", "corpus": "pystdlib", "values": {0: 0.3, 1: 0.1, 2: 0.1, 3: 0.2, 4: 0.5}, "worst_seeds": [1],
+def test_only_the_undefined_seeds_are_starred():
+  p = {"id": "C12a", "corpus": "pystdlib", "values": {0: 0.3, 2: 0.1, 3: 0.2, 4: 0.5}, "worst_seeds": [1],
        "failed_runs": 0}
   cells = md.seed_lines([p], 5)[2].split(" | ")[2:7]
   assert [c.endswith("*") for c in cells] == [False, True, False, False, False], cells

@@ -20,12 +20,13 @@ def test_a_known_multiplier_is_recovered_at_every_size():
   m = compute_equiv.multiplier(pre, place, C_K, C_K, resamples=50)
   np.testing.assert_allclose(m.per_size, 1.25, rtol=1e-9)
   assert m.value == pytest.approx(1.25, rel=1e-9) and m.lo == pytest.approx(1.25) and m.hi == pytest.approx(1.25)
-  assert m.extrapolated            # its loss at the top size is below Pre-Norm's lowest: beyond the fitted range
+  assert m.extrapolation == pytest.approx(1.25)  # its top size's loss: Pre-Norm's at 1.25x the ladder's top
   costly = compute_equiv.multiplier(pre, place, C_K, 1.1 * C_K, resamples=50)
   assert costly.value == pytest.approx(1.25 / 1.1, rel=1e-9)
   fit = compute_equiv.fit_power_law(C_K, _law(C_K))
   assert (fit.a, fit.b) == (pytest.approx(1.891), pytest.approx(0.057))
   assert compute_equiv.inside(m.value, m) and not compute_equiv.inside(1.8, m)
+  assert [compute_equiv.side(v, m) for v in (m.value, 1.8, 1.1)] == ["inside", "above", "below"]
 
 
 def _ladder(rng, seeds, true_m, shared_sd=0.02, own_sd=0.004):
@@ -75,13 +76,14 @@ def test_no_multiplier_when_pre_norm_does_not_improve_with_compute():
   assert compute_equiv.fit_power_law(C_K, _law(C_K)[::-1]) is None
 
 
-def test_extrapolated_only_beyond_pre_norms_loss_range():
-  """A placement whose seed means lie between Pre-Norm's lowest and highest loss is inside the fitted range."""
+def test_extrapolation_counts_only_beyond_pre_norms_compute_range():
+  """A placement whose seed means Pre-Norm reaches within its ladder's compute range is read inside the fit; one worse
+  than Pre-Norm's smallest is read below it, by the factor it lies outside."""
   pre = np.repeat(_law(C_K)[:, None], 3, axis=1)
   inner = np.repeat(_law(C_K * np.array([1.5, 1.5, 1.5, 1.0]))[:, None], 3, axis=1)
-  assert not compute_equiv.multiplier(pre, inner, C_K, C_K, resamples=20).extrapolated
+  assert compute_equiv.multiplier(pre, inner, C_K, C_K, resamples=20).extrapolation == pytest.approx(1.0)
   above = np.repeat(_law(C_K * np.array([0.5, 1, 1, 1]))[:, None], 3, axis=1)  # worse than Pre-Norm's smallest
-  assert compute_equiv.multiplier(pre, above, C_K, C_K, resamples=20).extrapolated
+  assert compute_equiv.multiplier(pre, above, C_K, C_K, resamples=20).extrapolation == pytest.approx(2.0)
 
 
 def test_a_resample_whose_fit_does_not_fall_sits_at_the_least_favourable_end():

@@ -136,17 +136,19 @@ def part(T: Table, c: str, key) -> dict:
   claim = v5.CLAIMS[key]
   raw = {s: STATISTIC[key](T, c, claim.arm, s) for s in range(T.d["seeds"])}
   pending = any(x is None for x in raw.values())
-  defined = [x for x in raw.values() if x is not None and math.isfinite(x)]
-  worst = min(defined) if defined else math.nan
+  values = {s: x for s, x in raw.items() if x is not None and math.isfinite(x)}
   worst_seeds = [s for s, x in raw.items() if x is not None and not math.isfinite(x)]
-  values = {s: (worst if s in worst_seeds else x) for s, x in raw.items() if x is not None}
   arms = {"pre_norm", claim.arm} | ({"attn_res"} if key[0] == "C13" else set())
-  failed = sum(T.failed(c, a, w, s) for a in arms for w in T.d["ladder"] for s in range(T.d["seeds"])
+  widths = [max(T.d["ladder"])] if key[0] == "C12" else T.d["ladder"]  # C12 reads the top width alone
+  failed = sum(T.failed(c, a, w, s) for a in arms for w in widths for s in range(T.d["seeds"])
                if T.recs.get((c, a, w, s)))
-  test = None if pending or len(defined) < 2 else verdicts.t_test(list(values.values()))
+  # v4's sensitivity rule: judged on the defined seeds; the verdict stands only if it holds with each undefined
+  # seed at the least favourable value of the others too (verdicts.finalize)
+  test = None if pending else verdicts.t_test(list(values.values()))
   return {"id": f"{key[0]}{key[1]}", "cid": key[0], "label": key[1], "corpus": c, "claim": claim,
-          "design": v5.DESIGN[key], "values": values,
-          "worst_seeds": worst_seeds, "undefined": len(worst_seeds),
+          "design": v5.DESIGN[key], "values": values, "worst_seeds": worst_seeds, "undefined": len(worst_seeds),
+          "worst": verdicts.sensitivity(values, worst_seeds),
+          "worst_high": verdicts.sensitivity(values, worst_seeds, high=True),
           "failed_runs": failed, "pending": pending, "test": test}
 
 

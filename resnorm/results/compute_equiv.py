@@ -12,9 +12,10 @@ Pre-Norm reaches a loss L at C_pre(L) = (L / a)^(-1/b). A placement's runs at si
 
     m_k = C_pre(Lbar'_k) / C'_k      (> 1: the placement is worth more compute than it used)
 
-and over the ladder m = exp(mean_k log m_k), one figure per placement as the papers give one. An extrapolation
-beyond the fitted range is flagged (`extrapolated`), not refused: a placement better than Pre-Norm at the largest
-size is worth more than the ladder's top.
+and over the ladder m = exp(mean_k log m_k), one figure per placement as the papers give one. Reading the fit beyond
+the ladder's compute range is reported, not refused (a placement better than Pre-Norm at the largest size is worth
+more than the ladder's top): `extrapolation` is the largest factor by which some C_pre(Lbar'_k) lies outside
+[C_min, C_max] of Pre-Norm's ladder (1: none).
 
 The interval is a percentile bootstrap over paired seeds: each resample draws seed indices with replacement once and
 applies the same draw to every size and every placement, because seed s gives identical base weights to every
@@ -43,7 +44,7 @@ class Multiplier(NamedTuple):
   lo: float                 # percentile bootstrap interval over paired seeds
   hi: float
   per_size: tuple           # m_k, one per ladder size
-  extrapolated: bool        # some Lbar'_k lies outside Pre-Norm's fitted loss range
+  extrapolation: float      # how far the farthest C_pre(Lbar'_k) lies outside the ladder's compute range (1: inside)
   failed_frac: float        # resamples whose Pre-Norm fit does not fall with compute
 
 
@@ -77,15 +78,14 @@ def _filled(x_KS, fill):
 
 
 def _log_multipliers(pre_KS, place_KS, c_pre_K, c_place_K):
-  """(log m_k [K], extrapolated) from seed means, or None when Pre-Norm's fit does not fall with compute."""
+  """(log m_k [K], extrapolation) from seed means, or None when Pre-Norm's fit does not fall with compute."""
   fit = fit_power_law(c_pre_K, pre_KS.mean(axis=1))
   if fit is None:
     return None
   mean_K = place_KS.mean(axis=1)
-  log_m = np.log(compute_to_reach(fit, mean_K)) - np.log(np.asarray(c_place_K, np.float64))
-  pre_mean = pre_KS.mean(axis=1)
-  extrapolated = bool(np.any(mean_K < pre_mean.min()) or np.any(mean_K > pre_mean.max()))
-  return log_m, extrapolated
+  reach_K = compute_to_reach(fit, mean_K)
+  log_m = np.log(reach_K) - np.log(np.asarray(c_place_K, np.float64))
+  return log_m, float(max(1.0, np.max(reach_K / fit.c_hi), np.max(fit.c_lo / reach_K)))
 
 
 def multiplier(pre_KS, place_KS, c_pre_K, c_place_K, fill=None, resamples: int = 2000, level: float = 0.95,
@@ -99,7 +99,7 @@ def multiplier(pre_KS, place_KS, c_pre_K, c_place_K, fill=None, resamples: int =
   point = _log_multipliers(pre, place, c_pre_K, c_place_K)
   if point is None:
     raise ValueError("Pre-Norm's loss does not fall with compute over the ladder: no multiplier is defined")
-  log_m, extrapolated = point
+  log_m, extrapolation = point
   rng = np.random.default_rng(seed)
   n_seeds = pre.shape[1]
   draws, failed = [], 0
@@ -114,9 +114,15 @@ def multiplier(pre_KS, place_KS, c_pre_K, c_place_K, fill=None, resamples: int =
   # order statistics, not interpolation: a failed resample (-inf) beside a finite one would interpolate to NaN
   lo, hi = np.quantile(np.asarray(draws), [(1 - level) / 2, (1 + level) / 2], method="inverted_cdf")
   return Multiplier(float(np.exp(np.mean(log_m))), float(np.exp(lo)), float(np.exp(hi)),
-                    tuple(float(v) for v in np.exp(log_m)), extrapolated, failed / resamples)
+                    tuple(float(v) for v in np.exp(log_m)), extrapolation, failed / resamples)
 
 
 def inside(value: float, m: Multiplier) -> bool:
   """Whether a paper's multiplier lies inside the interval."""
   return m.lo <= value <= m.hi
+
+
+def side(value: float, m: Multiplier) -> str:
+  """Where a paper's multiplier lies against the interval: inside, above (the placement is worth less than the paper
+  says) or below (worth more)."""
+  return "inside" if inside(value, m) else "above" if value > m.hi else "below"

@@ -72,16 +72,17 @@ def claims_table(parts, claim_verdicts, summary) -> list[str]:
 
 
 def seed_lines(parts, seeds: int) -> list[str]:
-  """Every part's per-seed values (signed so that the claim predicts > 0), so that each mean re-derives; a seed that
-  took the least favourable value is starred, a missing one reads pending."""
+  """Every part's per-seed values (signed so that the claim predicts > 0), so that each mean re-derives; a seed whose
+  statistic is undefined reads undefined*, a missing one pending."""
   out = ["| part | corpus | " + " | ".join(f"seed {s}" for s in range(seeds)) + " | failed runs read |",
          "|---|---|" + "---|" * (seeds + 1)]
   for p in parts:
-    cells = [("pending" if s not in p["values"] else f"{p['values'][s]:+.4g}" + ("*" if s in p["worst_seeds"] else ""))
+    cells = ["undefined\\*" if s in p["worst_seeds"] else f"{p['values'][s]:+.4g}" if s in p["values"] else "pending"
              for s in range(seeds)]
     out.append(f"| {p['id']} | {p['corpus']} | " + " | ".join(cells) + f" | {p['failed_runs']} |")
   return out + ["", "\\* the seed's statistic is undefined (no final diagnostics, or its Pre-Norm fit does not "
-                "fall): it takes the least favourable value of the others."]
+                "fall): the part is judged on the other seeds, and a call stands only if it also holds with this seed "
+                "at the least favourable value of the others (v4's sensitivity rule)."]
 
 
 def power_lines(m: int) -> list[str]:
@@ -98,22 +99,25 @@ def power_lines(m: int) -> list[str]:
 
 
 def multiplier_lines(T, mults: dict) -> list[str]:
-  out = ["| arm | corpus | compute-equivalent multiplier [95% bootstrap] | per width | the paper's | inside |",
+  out = ["| arm | corpus | compute-equivalent multiplier [95% bootstrap] | per width | the paper's | the paper's lies |",
          "|---|---|---|---|---|---|"]
   for arm in T.d["arms"][1:]:
     for c in T.d["corpora"]:
       m, fig = mults[c][arm], c5.paper_figure(arm)
       per = "" if isinstance(m, str) else ", ".join(f"{x:.2f}" for x in m.per_size) + (
-          " (extrapolated)" if m.extrapolated else "")
-      inside = "" if fig is None or isinstance(m, str) else ("yes" if ce.inside(fig, m) else "**no**")
+          f" (read {m.extrapolation:.2f}x beyond the ladder)" if m.extrapolation > 1 else "")
+      inside = "" if fig is None or isinstance(m, str) else (
+          "inside" if ce.inside(fig, m) else f"**{ce.side(fig, m)}** the interval")
       out.append(f"| {arm} | {c} | {_x(m)} | {per} | {'' if fig is None else f'{fig:.2f}x'} | {inside} |")
   fits = [f"{c}: L = {f.a:.3g} C^-{f.b:.3g}" if f else f"{c}: no fit yet" for c, f in
           ((c, c5.pre_fit(T, c)) for c in T.d["corpora"])]
   return out + ["", f"Pre-Norm's fit over its seed means ({'; '.join(fits)}). A multiplier is Pre-Norm's compute to "
                 "reach the arm's loss over the arm's own compute, the geometric mean over widths "
                 "(resnorm/results/compute_equiv.py); its interval resamples the paired seeds (a 95% percentile bootstrap, "
-                "unadjusted). The verdicts of C11, C14 and C15 come from the claims table instead: a t-test over the "
-                "seeds' own multipliers, each against its seed's Pre-Norm fit, within the report's one correction."]
+                "unadjusted). Over 5 seeds such an interval covers less than its nominal 95%, so where the paper's "
+                "figure lies against it describes the data and tests nothing. The verdicts of C11, C14 and C15 come "
+                "from the claims table instead: a t-test over the seeds' own multipliers, each against its seed's "
+                "Pre-Norm fit, within the report's one correction."]
 
 
 def figure(T, mults: dict, path: str) -> None:
@@ -140,7 +144,9 @@ def figure(T, mults: dict, path: str) -> None:
       ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
       ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
     else:
-      ax.text(0.5, 0.5, "no complete Pre-Norm ladder yet", transform=ax.transAxes, ha="center", color="gray")
+      none = not any(c5.ladder(T, c, "pre_norm", s) is not None for s in range(T.d["seeds"]))
+      ax.text(0.5, 0.5, "no complete Pre-Norm ladder yet" if none else "Pre-Norm's loss does not fall with compute",
+              transform=ax.transAxes, ha="center", color="gray")
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6)
   fig.tight_layout()
@@ -157,17 +163,18 @@ def _on(per: dict) -> str:
 
 
 def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
-  """One line per placement for the README: its multiplier per corpus, whether the paper's lies inside the interval,
-  and its claims' verdicts."""
+  """One line per placement for the README: its multiplier per corpus, where the paper's lies against each interval
+  (inside, above or below), and its claims' verdicts."""
   lines = []
   for arm in T.d["arms"][1:]:
     done = [c for c in T.d["corpora"] if not isinstance(mults[c][arm], str)]
     ms = ", ".join(f"{_x(mults[c][arm]) if c in done else 'pending'} {NAMES.get(c, c)}" for c in T.d["corpora"])
     fig = c5.paper_figure(arm)
     if fig is not None and done:
-      ins = [NAMES.get(c, c) for c in done if ce.inside(fig, mults[c][arm])]
-      where = "both" if len(ins) == len(T.d["corpora"]) > 1 else " and ".join(ins) or "neither"
-      ms += f" (paper's {fig:.2f}x: inside {where})"
+      sides = {c: ce.side(fig, mults[c][arm]) for c in done}
+      where = (f"{sides[done[0]]} both intervals" if len(set(sides.values())) == 1 and len(done) > 1 else
+               ", ".join(f"{v} {NAMES.get(c, c)}'s" for c, v in sides.items()) + " interval" + "s" * (len(done) > 1))
+      ms += f" (paper's {fig:.2f}x: {where})"
     cids = sorted({p["cid"] for p in parts if p["claim"].arm == arm}, key=lambda x: int(x[1:]))
     vs = "; ".join(f"{cid} " + _on({c: claim_verdicts[(cid, c)] for c in T.d["corpora"]}) for cid in cids)
     n = min(sum(c5.ladder(T, c, "pre_norm", s) is not None and c5.ladder(T, c, arm, s) is not None

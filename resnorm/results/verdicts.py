@@ -54,7 +54,8 @@ def t_test(x) -> dict | None:
   if n < 2:
     return None
   m, sd = float(x.mean()), float(x.std(ddof=1))
-  if sd <= 1e-12 * max(1.0, abs(m)):  # identical values (to rounding)  # identical values: scipy's t is undefined; an exact nonzero effect is certain, zero says nothing
+  # identical values (to rounding): scipy's t is undefined; an exact nonzero effect is certain, zero says nothing
+  if sd <= 1e-12 * max(1.0, abs(m)):
     return {"kind": "t", "n": n, "mean": m, "sd": 0.0, "se": 0.0, "t": math.copysign(math.inf, m) if m else 0.0,
             "df": n - 1, "p": 0.0 if m else 1.0, "direction": int(np.sign(m))}
   r = st.ttest_1samp(x, 0.0)
