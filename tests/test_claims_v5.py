@@ -94,6 +94,19 @@ def test_a_diverged_run_counts_at_the_uniform_loss_and_a_missing_one_is_pending(
   assert p["values"][3] == pytest.approx(np.mean(np.subtract(pre, arm)))  # the failure is an outcome, not dropped
   assert p["values"][0] == pytest.approx(0.01)
   assert c5.part(T, "shakespeare", ("C17", "a"))["pending"] and not c5.part(T, "pystdlib", ("C17", "a"))["pending"]
+  q = c5.part(T, "shakespeare", ("C17", "a"))
+  assert q["undefined"] == 0 and q["worst_seeds"] == [] and 0 not in q["values"]  # pending, not undefined
+  assert md.seed_lines([q], D["seeds"])[2].split(" | ")[2] == "pending"
+
+
+def test_each_part_counts_the_failed_runs_it_reads(tmp_path):
+  top, bottom = max(D["ladder"]), min(D["ladder"])
+  bad = {("pystdlib", "attn_res", bottom, 0), ("pystdlib", "attn_res", top, 1)}
+  T = write(tmp_path, lambda c, a, w, s: law_loss("pre_norm", w, s), only={"pre_norm", "attn_res", "attn_res_block"},
+            status=lambda *k: "diverged" if k in bad else "completed")
+  assert c5.part(T, "pystdlib", ("C12", "a"))["failed_runs"] == 1  # C12 reads the top width alone
+  assert c5.part(T, "pystdlib", ("C13", "a"))["failed_runs"] == 2  # C13 reads Full's whole ladder
+  assert c5.part(T, "shakespeare", ("C13", "a"))["failed_runs"] == 0
 
 
 def test_c12_is_the_drop_in_the_coefficient_of_variation_and_c13_the_linear_share(tmp_path):
@@ -195,3 +208,32 @@ def test_only_the_undefined_seeds_are_starred():
        "failed_runs": 0}
   cells = md.seed_lines([p], 5)[2].split(" | ")[2:7]
   assert [c.endswith("*") for c in cells] == [False, True, False, False, False], cells
+
+
+def test_the_multiplier_table_places_the_papers_figure_and_says_when_the_fit_is_read_beyond_the_ladder(tmp_path):
+  """value_residual worth 1.5x (its paper's 1.25x below the interval) on Python alone; LAuReL exactly Pre-Norm's loss
+  (read inside the ladder) but for a seed offset that averages out."""
+  mult = {"pre_norm": 1.0, "value_residual": 1.5, "mudd": 1.0, "laurel": None}
+  loss = lambda c, a, w, s: (law_loss("pre_norm", w, s) if a == "laurel" else law_loss(a, w, s, mult[a])) + (
+      0.002 * (s - 2) if a != "pre_norm" else 0)
+  T = write(tmp_path, loss, only=mult,
+            skip={("shakespeare", "value_residual", w, s) for w in D["ladder"] for s in range(D["seeds"])})
+  mults = {c: c5.multipliers(T, c, resamples=200) for c in D["corpora"]}
+  row = {tuple(l.split(" | ")[:2]): l for l in md.multiplier_lines(T, mults) if l.startswith("| ")}
+  assert mults["pystdlib"]["value_residual"].lo > 1.25
+  assert row[("| value_residual", "pystdlib")].endswith("| 1.25x | **below** the interval |")
+  assert row[("| mudd", "pystdlib")].endswith("| 1.89x | **above** the interval |")
+  assert mults["pystdlib"]["laurel"].extrapolation == pytest.approx(1.0, abs=1e-3)
+  assert "beyond the ladder" not in row[("| laurel", "pystdlib")] and row[("| laurel", "pystdlib")].endswith("|  |  |")
+  parts, _, cv = c5.judge(T)
+  line = md.findings(T, parts, cv, mults)[D["arms"].index("value_residual") - 1]
+  assert "pending Shakespeare (paper's 1.25x: below Python's interval)" in line, line
+
+
+def test_a_panel_without_a_fit_says_why(tmp_path):
+  rising = write(tmp_path / "a", lambda c, a, w, s: 3.0 + 0.01 * D["ladder"].index(w), only={"pre_norm"},
+                 skip={(c, "pre_norm", w, s) for c in D["corpora"] for w in D["ladder"] for s in range(1, D["seeds"])})
+  assert c5.pre_fit(rising, "pystdlib") is None
+  assert md.no_fit(rising, "pystdlib") == "Pre-Norm's loss does not fall with compute"
+  none = write(tmp_path / "b", lambda c, a, w, s: 3.0, only={"hc"})
+  assert md.no_fit(none, "pystdlib") == "no complete Pre-Norm ladder yet"

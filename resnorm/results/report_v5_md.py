@@ -105,7 +105,7 @@ def multiplier_lines(T, mults: dict) -> list[str]:
     for c in T.d["corpora"]:
       m, fig = mults[c][arm], c5.paper_figure(arm)
       per = "" if isinstance(m, str) else ", ".join(f"{x:.2f}" for x in m.per_size) + (
-          f" (read {m.extrapolation:.2f}x beyond the ladder)" if m.extrapolation > 1 else "")
+          f" (read {m.extrapolation:.2f}x beyond the ladder)" if m.extrapolation >= 1.005 else "")
       inside = "" if fig is None or isinstance(m, str) else (
           "inside" if ce.inside(fig, m) else f"**{ce.side(fig, m)}** the interval")
       out.append(f"| {arm} | {c} | {_x(m)} | {per} | {'' if fig is None else f'{fig:.2f}x'} | {inside} |")
@@ -118,6 +118,13 @@ def multiplier_lines(T, mults: dict) -> list[str]:
                 "figure lies against it describes the data and tests nothing. The verdicts of C11, C14 and C15 come "
                 "from the claims table instead: a t-test over the seeds' own multipliers, each against its seed's "
                 "Pre-Norm fit, within the report's one correction."]
+
+
+def no_fit(T, c: str) -> str:
+  """Why a corpus's panel has no Pre-Norm fit."""
+  if any(c5.ladder(T, c, "pre_norm", s) is not None for s in range(T.d["seeds"])):
+    return "Pre-Norm's loss does not fall with compute"
+  return "no complete Pre-Norm ladder yet"
 
 
 def figure(T, mults: dict, path: str) -> None:
@@ -144,9 +151,7 @@ def figure(T, mults: dict, path: str) -> None:
       ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
       ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
     else:
-      none = not any(c5.ladder(T, c, "pre_norm", s) is not None for s in range(T.d["seeds"]))
-      ax.text(0.5, 0.5, "no complete Pre-Norm ladder yet" if none else "Pre-Norm's loss does not fall with compute",
-              transform=ax.transAxes, ha="center", color="gray")
+      ax.text(0.5, 0.5, no_fit(T, c), transform=ax.transAxes, ha="center", color="gray")
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6)
   fig.tight_layout()
