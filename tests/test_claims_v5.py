@@ -101,11 +101,11 @@ def test_a_diverged_run_counts_at_the_uniform_loss_and_a_missing_one_is_pending(
 
 def test_each_part_counts_the_failed_runs_it_reads(tmp_path):
   top, bottom = max(D["ladder"]), min(D["ladder"])
-  bad = {("pystdlib", "attn_res", bottom, 0), ("pystdlib", "attn_res", top, 1)}
+  bad = {("pystdlib", "attn_res", bottom, 0), ("pystdlib", "attn_res", top, 1), ("pystdlib", "attn_res", top, 2)}
   T = write(tmp_path, lambda c, a, w, s: law_loss("pre_norm", w, s), only={"pre_norm", "attn_res", "attn_res_block"},
             status=lambda *k: "diverged" if k in bad else "completed")
-  assert c5.part(T, "pystdlib", ("C12", "a"))["failed_runs"] == 1  # C12 reads the top width alone
-  assert c5.part(T, "pystdlib", ("C13", "a"))["failed_runs"] == 2  # C13 reads Full's whole ladder
+  assert c5.part(T, "pystdlib", ("C12", "a"))["failed_runs"] == 2  # C12 reads the top width alone
+  assert c5.part(T, "pystdlib", ("C13", "a"))["failed_runs"] == 3  # C13 reads Full's whole ladder
   assert c5.part(T, "shakespeare", ("C13", "a"))["failed_runs"] == 0
 
 
