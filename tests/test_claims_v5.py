@@ -228,6 +228,18 @@ def test_the_multiplier_table_places_the_papers_figure_and_says_when_the_fit_is_
   parts, _, cv = c5.judge(T)
   line = md.findings(T, parts, cv, mults)[D["arms"].index("value_residual") - 1]
   assert "pending Shakespeare (paper's 1.25x: below Python's interval)" in line, line
+  from resnorm.viz.plots import plt
+  fig, ax = plt.subplots()
+  md.forest(ax, T, mults)  # the figure's multiplier panel: a point per corpus and arm with a number, the paper's stars
+  arms = D["arms"][1:]
+  py, sh = (b.lines[0] for b in ax.containers)
+  done = [a for a in arms if not isinstance(mults["pystdlib"][a], str)]
+  assert done == ["mudd", "value_residual", "laurel"]
+  np.testing.assert_allclose(py.get_xdata(), [mults["pystdlib"][a].value for a in done])
+  assert len(sh.get_xdata()) == 2 and np.all(np.diff(py.get_ydata()) > 0)
+  stars = ax.collections[-1].get_offsets()
+  assert sorted(map(tuple, stars)) == sorted((c5.paper_figure(a), arms.index(a)) for a in arms if c5.paper_figure(a))
+  plt.close(fig)
 
 
 def test_a_panel_without_a_fit_says_why(tmp_path):

@@ -127,11 +127,34 @@ def no_fit(T, c: str) -> str:
   return "no complete Pre-Norm ladder yet"
 
 
+def forest(ax, T, mults: dict) -> None:
+  """The multipliers side by side: a row per placement, a point with its bootstrap interval per corpus, the paper's
+  figure as a star, Pre-Norm's 1x as a line."""
+  arms = T.d["arms"][1:]
+  for j, c in enumerate(T.d["corpora"]):
+    rows = [(i, mults[c][arm]) for i, arm in enumerate(arms) if not isinstance(mults[c][arm], str)]
+    if rows:
+      y = [i + 0.3 * (j - (len(T.d["corpora"]) - 1) / 2) for i, _ in rows]
+      x = np.array([m.value for _, m in rows])
+      err = [x - [m.lo for _, m in rows], [m.hi for _, m in rows] - x]
+      ax.errorbar(x, y, xerr=err, fmt="o", ms=4, capsize=2, color=f"C{j}", label=NAMES.get(c, c))
+  figs = [(i, c5.paper_figure(arm)) for i, arm in enumerate(arms) if c5.paper_figure(arm)]
+  if figs:
+    ax.scatter([f for _, f in figs], [i for i, _ in figs], marker="*", s=70, color="k", zorder=3,
+               label="the paper's figure")
+  ax.axvline(1.0, color="gray", lw=0.8, ls=":")
+  ax.set(yticks=range(len(arms)), yticklabels=arms, ylim=(len(arms) - 0.5, -0.5),
+         xlabel="compute-equivalent multiplier [95% paired-seed bootstrap]", title="Worth in Pre-Norm's compute")
+  ax.legend(fontsize=7)
+
+
 def figure(T, mults: dict, path: str) -> None:
   """Loss against compute, a panel per corpus: each arm's seed means, Pre-Norm's fitted power law, the multipliers
-  in the legend."""
+  in the legend; then every multiplier with its interval and the paper's figure (forest)."""
   from resnorm.viz.plots import plt
-  fig, axes = plt.subplots(1, len(T.d["corpora"]), figsize=(5.5 * len(T.d["corpora"]), 4.2), squeeze=False)
+  n = len(T.d["corpora"])
+  fig, axes = plt.subplots(1, n + 1, figsize=(5.5 * (n + 1), 4.2), squeeze=False)
+  forest(axes[0][n], T, mults)
   for ax, c in zip(axes[0], T.d["corpora"]):
     for i, arm in enumerate(T.d["arms"]):
       ls = [x for x in (c5.ladder(T, c, arm, s) for s in range(T.d["seeds"])) if x is not None]
@@ -195,7 +218,8 @@ def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[st
           verdicts.CORRECTION.format(q=verdicts.Q, m=summary["m"], level=summary["level"]) + ". " +
           design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *seed_lines(parts, T.d["seeds"]), "",
           *power_lines(m), "",
-          "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "", f"![loss against compute]({FIGURE})",
+          "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "",
+          f"![loss against compute, and the multipliers beside the papers' figures]({FIGURE})",
           "", "## Findings", "", *findings(T, parts, claim_verdicts, mults)]
 
 
