@@ -1,7 +1,6 @@
 """Command-line parsing for train.py and eval.py: absl flags + ml_collections config files, where every bad
 flag, config key, value or path becomes one line on stderr and exit code 2."""
 import os
-import re
 
 from absl import flags, logging
 from ml_collections import config_flags
@@ -17,23 +16,6 @@ def _define_common():
   config_flags.DEFINE_config_file("config", None, "Config file, configs/NAME.py[:SCALE] (SCALE: cpu | tpu).",
                                   lock_config=True)
   flags.DEFINE_string("workdir", None, "Run directory (default: runs/NAME).")
-
-
-def _one_line(err: Exception) -> str:
-  text = str(err)
-  m = re.search(r"Unknown command line flag '([^']+)'", text)
-  if m:
-    name = m.group(1)
-    if name.startswith("config."):
-      return str(configkeys.unknown_key(name[len("config."):]))
-    return f"unknown flag --{name}"
-  lines = [l.strip() for l in text.splitlines() if l.strip()]
-  if "Traceback" in text:  # a config file raised: keep its last line (the exception itself)
-    return f"--config: {lines[-1]}"
-  if "No such file" in text or "Failed loading config" in text:
-    path = next((l for l in lines if l.startswith("configs") or l.endswith(".py")), "")
-    return f"--config: cannot load config file {path}".strip()
-  return lines[0] if lines else type(err).__name__
 
 
 def _print_help() -> None:
@@ -53,18 +35,8 @@ def parse(argv):
     raise SystemExit(0)
   try:
     rest = FLAGS(argv)
-  except flags.Error as e:
-    raise InputError(_one_line(e)) from None
-  except (KeyError, AttributeError) as e:  # an override naming a key the config does not have
-    # ml_collections' own message holds quoted reprs, a newline and only the last part of the key: named here from
-    # the overrides, checked against configs/base.py, in one line
-    names = [a.split("=")[0][len("--config."):] for a in argv if a.startswith("--config.")]
-    name = configkeys.first_unknown_override(names)
-    if name is None:
-      raise InputError(f"--config: {str(e.args[0] if e.args else e).splitlines()[0]}") from None
-    raise configkeys.unknown_key(name) from None
-  except Exception as e:  # config_flags raises plain errors for unreadable config files
-    raise InputError(_one_line(e)) from None
+  except Exception as e:  # a flag's value, or a config file or override config_flags loads while parsing
+    raise configkeys.flag_error(e, argv) from None
   logging.set_verbosity(logging.WARNING)
   return rest
 
@@ -75,7 +47,7 @@ def load_config():
     if cfg is not None:
       cfg.to_dict()  # config_flags defers a load failure to the first access
   except Exception as e:
-    raise InputError(_one_line(e)) from None
+    raise configkeys.flag_error(e) from None
   if cfg is None:
     raise InputError("--config is required, e.g. --config=configs/post_norm_96l.py")
   return cfg

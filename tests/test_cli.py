@@ -115,6 +115,25 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
   assert not wd.exists()
 
 
+MODULE_BAD = [
+    (["resnorm.results", "--report=v6"], "error: flag --report=v6: value should be one of <v4|v5|all>"),
+    (["resnorm.sweep", "configs/sweeps/smoke.py", "--jobs=two"], "error: flag --jobs=two: invalid literal"),
+    (["resnorm.bench", "--config=configs/missing.py"], "error: --config: cannot load config file configs/missing.py"),
+    (["resnorm.bench", "--config=configs/tiny.py", "--config.model.nope=1"], "error: unknown config key model.nope"),
+    (["resnorm.bench", "--config=configs/tiny.py", "--json=/no/such/dir/b.json"],
+     "error: --json=/no/such/dir/b.json: its directory does not exist"),
+]
+
+
+@pytest.mark.parametrize("argv,msg", MODULE_BAD, ids=[m for _, m in MODULE_BAD])
+def test_the_module_commands_bad_flags_are_one_line_and_exit_2(argv, msg):
+  """absl's own parser would print two FATAL lines and exit 1; the bench would meet a bad --config or --json only
+  after its work."""
+  r = subprocess.run([sys.executable, "-m", *argv], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()], (r.returncode, r.stderr[-1500:])
+  assert r.stderr.startswith(msg)
+
+
 def test_a_config_file_that_sets_an_unknown_key_is_refused(tmp_path):
   """A key configs/base.py does not define, set by a config file (not an override): exit 2 naming it."""
   cfg = tmp_path / "stale.py"

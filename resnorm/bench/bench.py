@@ -8,6 +8,7 @@ MFU = analytic training FLOPs per token (resnorm.model.flops) x tokens/s / peak.
 in this process; on GPU/TPU the datasheet dense peak for the compute dtype.
 """
 import json
+import os
 import resource
 import statistics
 import time
@@ -18,7 +19,8 @@ import numpy as np
 from absl import flags
 from ml_collections import config_flags
 
-from resnorm.config import configlib
+from resnorm.config import configkeys, configlib
+from resnorm.io import storage
 from resnorm.model import flops
 from resnorm.scale import hostmem, startup
 from resnorm.step import runtime
@@ -173,9 +175,17 @@ def print_table(res: dict) -> None:
 @cli_main
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
-  cfg = FLAGS.config
+  try:
+    cfg = FLAGS.config
+    if cfg is not None:
+      cfg.to_dict()  # config_flags defers a config file's load failure to the first access
+  except Exception as e:
+    raise configkeys.flag_error(e) from None
   check(cfg is not None, "--config is required")
   check(FLAGS.steps >= 1, f"--steps={FLAGS.steps} must be >= 1")
+  if FLAGS.json:  # before the benchmark, not after it
+    check(storage.isdir(os.path.dirname(storage.absolute(FLAGS.json))),
+          f"--json={FLAGS.json}: its directory does not exist")
   startup.start(compilation_cache=False)  # as train.py starts, but compile_s is always a real compile
   residuals = FLAGS.residuals or [cfg.model.residual]
   try:
@@ -204,10 +214,9 @@ def main(argv):
     res = run(cfg, residuals, depths, FLAGS.steps, FLAGS.warmup, FLAGS.kernels, xla_sets)
     print_table(res)
   if FLAGS.json:
-    with open(FLAGS.json, "w") as f:
-      json.dump(res, f, indent=1)
+    storage.write_text(FLAGS.json, json.dumps(res, indent=1))
   return 0
 
 
 if __name__ == "__main__":
-  run_app(main)
+  run_app(main, explain=configkeys.flag_error)

@@ -7,6 +7,7 @@ process, and configlib.validate checks every config a run, eval or bench builds.
 """
 import difflib
 import functools
+import re
 
 from configs import base
 from resnorm.core.errors import InputError
@@ -103,3 +104,27 @@ def check_dotted(name: str, where: str = "") -> None:
     node = node[part]
   if isinstance(node, dict):
     raise InputError(f"{where}config key {name!r} is a section in configs/base.py, not a value")
+
+
+def flag_error(err: Exception, argv=()) -> InputError:
+  """The one line for an error raised while absl parses a command line with a config file flag (config_flags), or
+  while the config loads: an override naming a key configs/base.py lacks (ml_collections' KeyError holds quoted
+  reprs, a newline and only the last part of the key: named here from the overrides `argv`), an unknown flag, a
+  config file that raised or cannot be read, a bad value."""
+  if isinstance(err, (KeyError, AttributeError)):
+    name = first_unknown_override([a.split("=")[0][len("--config."):] for a in argv if a.startswith("--config.")])
+    if name is not None:
+      return unknown_key(name)
+    return InputError(f"--config: {str(err.args[0] if err.args else err).splitlines()[0]}")
+  text = str(err)
+  m = re.search(r"Unknown command line flag '([^']+)'", text)
+  if m:
+    name = m.group(1)
+    return unknown_key(name[len("config."):]) if name.startswith("config.") else InputError(f"unknown flag --{name}")
+  lines = [l.strip() for l in text.splitlines() if l.strip()]
+  if "Traceback" in text:  # a config file raised: keep its last line (the exception itself)
+    return InputError(f"--config: {lines[-1]}")
+  if "No such file" in text or "Failed loading config" in text:
+    path = next((l for l in lines if l.startswith("configs") or l.endswith(".py")), "")
+    return InputError(f"--config: cannot load config file {path}".strip())
+  return InputError(lines[0] if lines else type(err).__name__)

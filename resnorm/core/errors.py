@@ -36,8 +36,9 @@ def cli_main(fn):
   return wrapped
 
 
-def run_app(main) -> None:
-  """absl's app.run for a module entry point, with an InputError raised while flags parse -> one line, exit 2.
+def run_app(main, explain=None) -> None:
+  """absl's app.run for a module entry point, with a bad flag or an InputError raised while flags parse -> one line,
+  exit 2 (`explain(error, argv)` -> InputError words a parse error, e.g. a config file's: configkeys.flag_error).
   Libraries' INFO lines (jax's probe of backends that are not installed, say) stay off the terminal unless
   --verbosity is given."""
   from absl import app, flags, logging
@@ -47,10 +48,17 @@ def run_app(main) -> None:
       logging.set_verbosity(logging.WARNING)
     return main(argv)
 
+  def parse(argv):  # absl's own parser ends a bad flag with two FATAL lines and exit 1
+    try:
+      return flags.FLAGS(argv)
+    except Exception as e:  # a flag's value, or a config file or override that config_flags loads while parsing
+      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+      raise (explain(e, argv) if explain else InputError(first)) from None
+
   # absl knows --help but not -h or -?: the same help, not "Unknown command line flag 'h'"
   sys.argv = [("--help" if a in ("-h", "-?") else a) for a in sys.argv]
   try:
-    app.run(quiet_main)
+    app.run(quiet_main, flags_parser=parse)
   except SystemExit as e:  # absl ends --help with exit 1; asked-for help is a success, as in train.py and eval.py
     if e.code == 1 and any(a in HELP_FLAGS for a in sys.argv[1:]):
       sys.exit(0)
