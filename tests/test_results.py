@@ -36,6 +36,17 @@ def test_combine():
   assert cl.deciding(parts) == ["b"] and cl.deciding(parts[:1]) == ["a"]
 
 
+def test_only_the_full_cpu_design_writes_docs(tmp_path, monkeypatch):
+  """docs/ holds the committed report: another design's goes to runs/report_<tag> unless --out names a directory."""
+  from resnorm.core.errors import InputError
+  assert grid.out_dir(None, True, "full") == "docs" and grid.out_dir(None, False, "quick") == "runs/report_quick"
+  assert grid.out_dir(str(tmp_path), False, "tpu") == str(tmp_path)
+  monkeypatch.chdir(ROOT)
+  for given in ("docs", os.path.join(ROOT, "docs"), os.path.join(ROOT, "docs", "")):
+    with pytest.raises(InputError, match="docs/ holds the full CPU design's report"):
+      grid.out_dir(given, False, "quick")
+
+
 def test_grid_names_unique_and_budgeted():
   for size in grid.SIZES:
     d = grid.design(sweep_file.FULL, size)

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from resnorm.core.errors import check
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 SIZE_ENV = "RESNORM_RESULTS_SIZE"     # full | quick | test
 SCALE_ENV = "RESNORM_RESULTS_SCALE"   # cpu | tpu: the configs' scale, and the design sized for it
 TPU_DATA_ENV = "RESNORM_RESULTS_TPU_DATA"  # --scale=tpu: the corpus shards (data.name=files; C4, FineWeb, ...)
@@ -240,3 +241,13 @@ def add_points(add, d) -> None:
     if recs and os.path.exists(record_path(recs, c, name)):
       continue
     add(config=d["config"], name=name, **overrides(d, r, s, c))
+
+
+def out_dir(given: str | None, full: bool, tag: str) -> str:
+  """The report's directory: --out, else docs for the full CPU design and runs/report_TAG for any other. This
+  checkout's docs/ holds the committed report, which a quick, test or accelerator design's may not replace."""
+  if given is None:
+    return "docs" if full else os.path.join("runs", f"report_{tag}")
+  check(full or os.path.abspath(given) != os.path.join(ROOT, "docs"), f"--out={given}: docs/ holds the full CPU "
+        f"design's report; give the {tag} report a directory of its own (by default runs/report_{tag})")
+  return given

@@ -12,7 +12,7 @@ from resnorm.core.errors import check
 from resnorm.results import design_v5 as v5
 from resnorm.results import grid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
+ROOT = grid.ROOT
 DEFAULT_RECORDS = "results/v5"
 SWEEP = os.path.join("configs", "sweeps", "v5.py")
 

@@ -56,8 +56,9 @@ def from_flags(FLAGS, own_records: bool) -> int:
   """resnorm.results' flags: --records names v5's records only under --report=v5 (else they are v4's)."""
   check(not FLAGS.quick and FLAGS.scale == "cpu", "report v5 has no --quick or --scale=tpu design")
   recs = records_dir(FLAGS.records, own_records)
-  passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   d = grid_v5.design()
+  out = grid.out_dir(FLAGS.out, d["size"] == "full", f"v5_{d['size']}")
+  passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   if d["size"] != "full":  # tiny models: XLA's optimizations cost more compile time than they save
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   rc = 0
@@ -67,7 +68,7 @@ def from_flags(FLAGS, own_records: bool) -> int:
     rc = run_grid(d, storage.absolute(FLAGS.root or "runs/v5"), recs, FLAGS.jobs, FLAGS.launcher, passed)
     if rc == EXIT_BAD_INPUT:
       return rc
-  path = write_report(d, recs, FLAGS.out, FLAGS.accept_fingerprints)
+  path = write_report(d, recs, out, FLAGS.accept_fingerprints)
   print(f"wrote {path}", flush=True)
   return rc
 
@@ -128,11 +129,9 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)
   md.figure(T, mults, os.path.join(out, md.FIGURE))
   path = os.path.join(out, "results_v5.md")
-  with open(path, "w") as f:
-    f.write("\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n")
+  storage.write_text(path, "\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n")
   readme = os.path.join(ROOT, "README.md")
-  if writes_readme(out, d["size"]):
-    text = open(readme).read()
-    with open(readme, "w") as f:
-      f.write(md.splice_readme(text, md.findings(T, parts, claim_verdicts, mults)))
+  if writes_readme(out, d["size"]):  # spliced first, then written whole: an error leaves the README as it was
+    storage.write_text(readme, md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts,
+                                                                                         mults)))
   return path

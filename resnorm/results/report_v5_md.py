@@ -6,6 +6,7 @@ import os
 import matplotlib.ticker
 import numpy as np
 
+from resnorm.core.errors import check
 from resnorm.results import claims_v5 as c5
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design, verdicts
@@ -224,6 +225,8 @@ def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[st
 
 
 def splice_readme(text: str, lines: list[str]) -> str:
-  """The README with its v5 findings block replaced (it must have the markers)."""
-  i, j = text.index(BEGIN), text.index(END)
+  """The README with its v5 findings block replaced (it must have the markers, in order)."""
+  i, j = text.find(BEGIN), text.find(END)
+  check(0 <= i < j, f"README.md has no v5 findings block between the markers {BEGIN[:22]}... and {END}: restore "
+        "them (git show HEAD:README.md) and rerun")
   return text[:i] + "\n".join([BEGIN, *lines, ""]) + text[j:]

@@ -3,14 +3,13 @@ python -m resnorm.results [--quick] [--root=runs/results] [--out=docs] [--jobs=K
 
 1. Runs the grid of configs/sweeps/results.py through resnorm.sweep (one train.py process per run, on both corpora;
    finished runs are reused), then the init diagnostics of C1-C2 in this process (reused too).
-2. Computes the claims C1-C10 per corpus from the runs (resnorm/results/claims.py: quantities, predicted signs,
-   regimes, verdict rule).
-3. Writes OUT/results.md: the generated claims table (a verdict column per corpus), a section per claim with each
-   corpus's per-seed numbers and figure, the stability maps, the replication test across the corpora; then
-   OUT/results_notes.md (the discussion, written by hand, checked by tests/test_findings.py) is appended. Where OUT
-   is this checkout's docs/ (the full CPU design), the README's findings and hero caption are regenerated too.
---quick runs the same pipeline on a tiny model (resnorm.results.grid.QUICK); $RESNORM_RESULTS_SIZE=test is the
-test's size. Nothing in the report is typed in: every number is read from the runs.
+2. Computes the claims C1-C10 per corpus from the runs (resnorm/results/claims.py).
+3. Writes OUT/results.md: the claims table (a verdict column per corpus), a section per claim with each corpus's
+   per-seed numbers and figure, the stability maps, the replication test across the corpora, then the discussion
+   OUT/results_notes.md (by hand, checked by tests/test_findings.py). Where OUT is this checkout's docs/ (the full
+   CPU design), the README's findings and hero caption too; any other design's report goes elsewhere (grid.out_dir).
+--quick runs the same pipeline on a tiny model (grid.QUICK); $RESNORM_RESULTS_SIZE=test is the tests' size. Every
+number in the report is read from the runs.
 """
 import importlib.util
 import os
@@ -30,7 +29,8 @@ from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --
 
 FLAGS = flags.FLAGS
 DEFAULT_RECORDS = "results/v4"  # tracked in the repository: the grid's finished runs
-flags.DEFINE_string("out", "docs", "Report directory: results.md and figures/.")
+flags.DEFINE_string("out", None, "Report directory: results.md and figures/ (default: docs for the full CPU design, "
+                    "runs/report_<quick|test|tpu> otherwise: docs/ keeps the committed report).")
 flags.DEFINE_bool("quick", False, "The same pipeline on a tiny model, 2 seeds (minutes).")
 flags.DEFINE_enum("scale", "cpu", list(grid.SCALES), "cpu: the report's design on the package's corpora; tpu: the "
                   "accelerator design of configs/sweeps/results.py (TPU) over the :tpu configs, on --data_paths.")
@@ -301,11 +301,9 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   if os.path.exists(notes):
     lines += ["", open(notes).read()]
   path = os.path.join(out, "results.md")
-  with open(path, "w") as f:
-    f.write("\n".join(lines) + "\n")
+  storage.write_text(path, "\n".join(lines) + "\n")  # whole: a failure leaves the old page, not half of one
   if new_readme is not None:
-    with open(readme, "w") as f:
-      f.write(new_readme)
+    storage.write_text(readme, new_readme)
   return path
 
 
@@ -332,6 +330,7 @@ def main_v4():
   root = storage.absolute(FLAGS.root or DEFAULT_ROOT)
   mod = _module(SWEEP)
   d = grid.design(mod.FULL, size, FLAGS.scale, getattr(mod, "TPU", None))
+  out = grid.out_dir(FLAGS.out, size == "full" and FLAGS.scale == "cpu", FLAGS.scale if FLAGS.scale != "cpu" else size)
   if FLAGS.scale == "tpu" and FLAGS.memory_plan:
     from resnorm.results import tpu_budget
     print(f"budget on {FLAGS.target} at {mod.ASSUMED_MFU:.0%} MFU (assumed), and each model's memory plan:",
@@ -343,7 +342,7 @@ def main_v4():
   check(recs or not FLAGS.from_records, "--from_records needs --records (the design's default has none at this size)")
   if FLAGS.from_records:
     records.check_present(recs)
-    return report_from(d, {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}, t0)
+    return report_from(d, {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}, t0, out)
   prepare_corpora(d)
   if recs:
     os.environ[grid.RECORDS_ENV] = recs  # the sweep file leaves out the points that have a record
@@ -365,11 +364,11 @@ def main_v4():
   Rs = {c: cl.Runs(root, d, c, recs) for c in d["corpora"]}
   for R in Rs.values():
     init_diagnostics(R, d)
-  report_from(d, Rs, t0, " (some runs did not finish)" if rc else "")
+  report_from(d, Rs, t0, out, " (some runs did not finish)" if rc else "")
   return 1 if rc and FLAGS.launcher != "slurm" else 0
 
 
-def report_from(d, Rs: dict, t0: float, tail: str = "") -> int:
+def report_from(d, Rs: dict, t0: float, out: str, tail: str = "") -> int:
   """Writes the report from Rs (workdirs or records): every record is read and checked first, and nothing is written
   unless all pass (one line naming a damaged record, one read under a name not its own, one read under two names;
   records of differing code fingerprints refused unless --accept_fingerprints; no record of the design at all)."""
@@ -389,7 +388,7 @@ def report_from(d, Rs: dict, t0: float, tail: str = "") -> int:
   R = next(iter(Rs.values()))
   check(not R.records_dir or digests, f"--records={R.records_dir} holds no record of this design's runs: nothing to "
         "report from")
-  path = write_report(Rs, d, FLAGS.out, time.time() - t0)
+  path = write_report(Rs, d, out, time.time() - t0)
   k = run_counts(Rs, d)
   print(f"wrote {path} from {k['finished']} of {k['runs']} runs ({(time.time() - t0) / 60:.1f} min)" +
         ("; the others are listed there: rerun this command when they end" if k["finished"] < k["runs"] else "") +
