@@ -120,6 +120,22 @@ def test_resume_with_another_model_is_refused(hc_runs, tmp_path, over, msg):
     assert {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(wd) for f in fs} == before
 
 
+@pytest.mark.parametrize("allow, msg", [(False, r"train\.grad_clip=.* would change the training trajectory"),
+                                        (True, r"step 6 holds optimizer state of another layout: opt_state\.")])
+def test_resume_with_another_optimizer_layout_is_refused_and_nothing_is_set_aside(hc_runs, tmp_path, allow, msg):
+  """grad_clip switched on or off changes the optimizer's state tree. Allowed as a config change, the restore would
+  fail like a truncated checkpoint, every step would be set aside as corrupt and the run would start again from
+  step 0 over its logs; it is read from the metadata instead: one InputError, the workdir untouched."""
+  cfg, a, _, _, _ = hc_runs
+  wd = str(tmp_path / "a")
+  shutil.copytree(a, wd)
+  other = text_config(cfg.data.paths, "hc", **{"train.grad_clip": 0.0 if cfg.train.grad_clip else 1.0})
+  before = {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(wd) for f in fs}
+  with pytest.raises(InputError, match=msg):
+    trainer.train(other, wd, allow_config_change=allow)
+  assert {os.path.join(r, f): os.path.getmtime(os.path.join(r, f)) for r, _, fs in os.walk(wd) for f in fs} == before
+
+
 def test_runtime_fields_and_other_variants_settings_still_resume(hc_runs, tmp_path):
   """remat, kernels and another variant's settings do not change the model: the finished run is accepted (and
   exits at once as completed)."""

@@ -212,24 +212,29 @@ class Checkpointer:
     return custom.get("config")
 
   def layout_mismatch(self, step: int, abstract_state) -> str | None:
-    """Why a step's params cannot be this model's (another variant's, or an earlier parameter layout of this one:
-    names or shapes differ), read from the checkpoint's metadata before any array is; None when they agree or
-    the metadata cannot be read (the restore itself then decides)."""
+    """Why a step's state cannot be this run's, read from the checkpoint's metadata before any array is: params of
+    another variant or an earlier parameter layout, or optimizer state of another optimizer config (a changed
+    grad_clip adds a transform; names or shapes differ). None when they agree or the metadata cannot be read (the
+    restore itself then decides). A mismatch is not corruption: without this, the restore would fail like a
+    truncated checkpoint, every step would be set aside and the run would silently start again from step 0."""
     try:
       meta = self.mngr.item_metadata(step)["state"]
       stored = {m.name: tuple(m.shape) for m in jax.tree.leaves(meta) if hasattr(m, "shape")}
     except Exception:  # noqa: BLE001: an unreadable checkpoint is restore_latest's to skip
       return None
     want = {_path_name(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}
-    stored, want = ({k: v for k, v in d.items() if k.startswith("params.")} for d in (stored, want))
     if not stored or stored == want:
       return None
     shape = lambda v: "[" + ", ".join(map(str, v)) + "]"
-    for name in sorted(set(stored) | set(want)):
-      if stored.get(name) != want.get(name):
-        there, here = (shape(d[name]) if name in d else "absent" for d in (stored, want))
-        return (f"checkpoint step {step} holds params of another layout: {name} is {there} there and {here} in this "
-                "model (a checkpoint of another variant, or of an earlier parameter layout of this one)")
+    for params in (True, False):  # a params difference says more (another variant) than the optimizer's it implies
+      for name in sorted(n for n in set(stored) | set(want) if n.startswith("params.") == params):
+        if stored.get(name) != want.get(name):
+          there, here = (shape(d[name]) if name in d else "absent" for d in (stored, want))
+          what = ("params of another layout", "model (a checkpoint of another variant, or of an earlier parameter "
+                  "layout of this one)") if params else ("optimizer state of another layout", "run (the optimizer's "
+                  "config differs, e.g. train.grad_clip or the optimizer: resume with the checkpoint's, or start a "
+                  "new workdir)")
+          return f"checkpoint step {step} holds {what[0]}: {name} is {there} there and {here} in this {what[1]}"
     return None
 
   def restore(self, step: int, abstract_state, data_iter=None):
