@@ -1,6 +1,7 @@
 """Sweeps: dry run, running points as train.py processes, skipping finished ones, and the sweep table."""
 import csv
 import os
+import re
 import subprocess
 import sys
 
@@ -80,6 +81,28 @@ def test_a_point_train_py_would_refuse_stops_the_sweep_before_anything_is_writte
   assert lines[0] == (f"error: point 'smoke-pre_norm': data.paths: '{tmp_path}/nomatch*.txt' matches no file "
                       "(nothing was started or written)")
   assert not root.exists()
+
+
+def test_a_broken_sweep_file_is_one_line(tmp_path):
+  from resnorm.core.errors import InputError
+  from resnorm.sweep import sweep
+  for text, msg in [("def sweep(add)\n  pass\n", "SyntaxError: expected ':'"),
+                    ("import no_such_module\n", "ModuleNotFoundError: No module named 'no_such_module'"),
+                    ("def sweep(add):\n  add('configs/tiny.py', 'a', {'x': 1})\n", "TypeError: "),
+                    ("def sweep(add):\n  add('configs/tiny.py', 'a', **{'model.nope': 1})\n", "model.nope")]:
+    path = tmp_path / "s.py"
+    path.write_text(text)
+    with pytest.raises(InputError, match=re.escape(str(path)) + ".*" + re.escape(msg)):
+      sweep.load_points(str(path))
+
+
+def test_a_root_in_a_files_way_is_one_line_before_any_point_starts(tmp_path):
+  (tmp_path / "afile").write_text("keep\n")
+  r = subprocess.run([sys.executable, "-m", "resnorm.sweep", os.path.join(ROOT, "configs/sweeps/smoke.py"),
+                      f"--root={tmp_path / 'afile'}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+      f"error: --root={tmp_path / 'afile'}: cannot create {tmp_path / 'afile' / 'logs'}: Not a directory"], r.stderr
+  assert (tmp_path / "afile").read_text() == "keep\n"
 
 
 def test_bad_values_and_keys_of_a_point_are_refused_up_front(tmp_path):

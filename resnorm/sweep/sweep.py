@@ -21,7 +21,7 @@ from absl import flags
 
 from resnorm.config import configkeys
 from resnorm.io import storage, workdir as wd
-from resnorm.core.errors import check, cli_main, run_app
+from resnorm.core.errors import InputError, check, cli_main, run_app
 from resnorm.sweep import preflight, slurm, sweep_flags, sweep_status  # noqa: F401 (sweep_flags: --root --jobs ...)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -35,11 +35,21 @@ def _short(key: str, val) -> str:
   return f"{key.split('.')[-1]}{val}"
 
 
+def _own_code(path: str, fn, *args):
+  """Runs the sweep file's code: an error in it (a syntax error, a wrong call of add) is the file's, in one line."""
+  try:
+    return fn(*args)
+  except InputError:
+    raise
+  except Exception as e:
+    raise InputError(f"sweep file {path!r}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}") from None
+
+
 def load_points(path: str) -> list[dict]:
   check(os.path.isfile(path), f"sweep file {path!r} does not exist")
   spec = importlib.util.spec_from_file_location("sweep_def", path)
   mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
+  _own_code(path, spec.loader.exec_module, mod)
   check(hasattr(mod, "sweep"), f"sweep file {path!r} defines no sweep(add)")
   points = []
 
@@ -53,7 +63,7 @@ def load_points(path: str) -> list[dict]:
     points.append({"config": config, "name": re.sub(r"[^A-Za-z0-9_.=-]", "_", name or auto),
                    "overrides": overrides})
 
-  mod.sweep(add)
+  _own_code(path, mod.sweep, add)
   names = [p["name"] for p in points]
   check(len(set(names)) == len(names), f"{path}: two points have the same run name")
   return points
@@ -135,6 +145,11 @@ def main(argv) -> int:
     for p in points:
       print(shlex.join(command(p, FLAGS.root)))
     return 0
+  if not storage.is_remote(root):  # a --root in a file's way: one line now, not a traceback from each point's thread
+    try:
+      os.makedirs(os.path.join(root, "logs"), exist_ok=True)
+    except OSError as e:
+      raise InputError(f"--root={FLAGS.root}: cannot create {e.filename}: {e.strerror}") from None
   todo = [p for p in points if status(FLAGS.root, p["name"]) not in DONE]
   if build_corpora_first(FLAGS.jobs, len(todo)):
     preflight.prepare_corpora(todo, ROOT)  # once, before points start together
