@@ -116,6 +116,11 @@ def test_truncated_checkpoint_falls_back_one_saying_so_in_one_clean_line(tmp_pat
           fh.truncate(16)
         truncated += 1
   assert truncated >= 2
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={wd}", "--step=6"], cwd=ROOT,
+                     env=ENV, capture_output=True, text=True, timeout=600)  # eval names it, and sets nothing aside
+  assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr[-3000:]
+  assert r.stderr.startswith(f"error: checkpoint step 6 of {wd} cannot be restored (ValueError: OUT_OF_RANGE: ")
+  assert not os.path.exists(os.path.join(wd, "checkpoints.corrupt"))
   r = subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/tiny.py", f"--workdir={wd}",
                       "--config.data.name=text_files", f"--config.data.paths={text_corpus}",
                       "--config.train.steps=9"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
@@ -128,6 +133,23 @@ def test_truncated_checkpoint_falls_back_one_saying_so_in_one_clean_line(tmp_pat
   assert "resumed from checkpoint step 3" in r.stdout
   assert sorted(int(s) for s in os.listdir(os.path.join(wd, "checkpoints")) if s.isdigit())[-1] == 9
   assert os.path.isdir(os.path.join(wd, "checkpoints.corrupt", "6"))  # kept aside, not deleted
+
+
+def test_eval_names_a_step_it_cannot_restore_in_one_line(monkeypatch):
+  from resnorm.core.errors import InputError
+  from resnorm.evaluation import evaluate
+
+  class Live:  # the run's checkpoints, as eval lists them
+    reload = lambda self: None
+    steps = lambda self: [3, 6]
+
+  def unreadable(*args):
+    raise ValueError("OUT_OF_RANGE: Requested byte range [0, 4844) is not valid for value of size 16")
+  monkeypatch.setattr(evaluate, "_restore", unreadable)
+  with pytest.raises(InputError, match=re.escape("checkpoint step 6 of wd cannot be restored (ValueError: "
+                                                 "OUT_OF_RANGE: Requested byte range [0, 4844) is not valid for value "
+                                                 "of size 16); available: 3, 6")):
+    evaluate._restore_live(Live(), "wd", 6, "step")  # noqa: SLF001
 
 
 def _truncated_checkpoint(directory):
@@ -218,10 +240,10 @@ def test_the_warning_names_the_innermost_cause():
       raise Exception("Encountered error while reading array index: (slice(0, 2, 1),). See full TensorStore details: "
                       f"<bound method pybind11_detail_function_record_v1.spec of {spec}>.") from inner
   except Exception as e:  # noqa: BLE001
-    assert ckpt._reason(e) == ('ValueError: OUT_OF_RANGE: Error reading "params.head/0.0" in OCDBT database at local '
+    assert ckpt.reason(e) == ('ValueError: OUT_OF_RANGE: Error reading "params.head/0.0" in OCDBT database at local '
                                'file "/r/6/state/": Requested byte range [0, 4844) is not valid for value of size 16')
-  assert ckpt._reason(ValueError("x" * 30 + " " + "y" * 600)) == "ValueError: " + "x" * 30 + " ..."
-  assert ckpt._reason(KeyError()) == "KeyError"
+  assert ckpt.reason(ValueError("x" * 30 + " " + "y" * 600)) == "ValueError: " + "x" * 30 + " ..."
+  assert ckpt.reason(KeyError()) == "KeyError"
 
 
 BAD_WORKDIR = [

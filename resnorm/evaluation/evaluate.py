@@ -127,11 +127,14 @@ def _restore_live(checkpointer, workdir: str, k: int, mode: str):
   while True:
     try:
       return k, _restore(workdir, checkpointer, k)
-    except Exception:  # noqa: BLE001: re-raised unless the step is gone
+    except InputError:
+      raise
+    except Exception as e:  # noqa: BLE001: unreadable, unless the step is gone
       checkpointer.reload()
       now = checkpointer.steps()
-      if k in now or not now:
-        raise
+      if k in now or not now:  # eval reads, never sets a checkpoint aside: train.py's resume does that
+        raise InputError(f"checkpoint step {k} of {workdir} cannot be restored ({ckpt.reason(e)}); "
+                         f"available: {', '.join(map(str, now)) or 'none'}") from None
       check(mode != "step", f"--step={k} was removed while loading it (the run is live); available: "
             f"{', '.join(map(str, now))}")
       print(f"warning: checkpoint step {k} was removed while loading it (the run is live); "

@@ -47,7 +47,7 @@ def remove_unfinished(directory: str) -> list[str]:
   return names
 
 
-def _reason(e: BaseException, limit: int = 500) -> str:
+def reason(e: BaseException, limit: int = 500) -> str:
   """One line saying why a restore failed: the innermost cause (`raise ... from`) of `e`. Orbax wraps TensorStore's
   error ('Requested byte range ... is not valid for value of size 16') in one whose text ends in the repr of a
   bound method and the whole TensorStore spec; TensorStore appends its spec as [tensorstore_spec...]."""
@@ -259,7 +259,7 @@ class Checkpointer:
       except InputError:
         raise
       except Exception as e:  # noqa: BLE001: any failure to load means this checkpoint is unusable
-        print(f"warning: checkpoint step {step} cannot be restored ({_reason(e)}); "
+        print(f"warning: checkpoint step {step} cannot be restored ({reason(e)}); "
               "falling back to the previous one", file=sys.stderr, flush=True)
         self._quarantine(step)
     return None, None
