@@ -68,6 +68,26 @@ flags.DEFINE_list("compilers", ["tpu", "cpu"], "tpu (libtpu), cpu (the simulated
 flags.DEFINE_string("cache", "runs/memtable.json", "Finished cells, kept between invocations.")
 
 
+def _read_cache(path: str) -> dict:
+  if not os.path.exists(path):
+    return {}
+  try:
+    with open(path) as f:
+      cache = json.load(f)
+  except (OSError, ValueError) as e:
+    raise InputError(f"--cache={path} cannot be read ({type(e).__name__}: {e}); move it away to plan again") from None
+  check(isinstance(cache, dict), f"--cache={path} is not a JSON object of cells; move it away to plan again")
+  return cache
+
+
+def _write_cache(path: str, cache: dict) -> None:
+  """Whole, through a rename: a run stopped mid-write keeps the cells it had."""
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(f"{path}.tmp", "w") as f:
+    json.dump(cache, f, indent=1)
+  os.replace(f"{path}.tmp", path)
+
+
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
   configs = sorted(glob.glob(os.path.join(ROOT, FLAGS.configs)) or glob.glob(FLAGS.configs))
@@ -75,7 +95,7 @@ def main(argv):
   configs = [os.path.relpath(c, ROOT) + ":tpu" for c in configs]
   bad = [c for c in FLAGS.compilers if c not in ("tpu", "cpu")]
   check(not bad, f"--compilers: {', '.join(bad)} unknown; known: tpu, cpu")
-  cache = json.load(open(FLAGS.cache)) if os.path.exists(FLAGS.cache) else {}
+  cache = _read_cache(FLAGS.cache)
   plans = {}
   for c in configs:
     for t in FLAGS.targets:
@@ -86,9 +106,7 @@ def main(argv):
           cache[key] = plan_json(c, t, comp)
           print(f"{c} on {t} ({comp}): train {_cell(cache[key])} GiB, {time.time() - t0:.0f} s", file=sys.stderr,
                 flush=True)
-          os.makedirs(os.path.dirname(os.path.abspath(FLAGS.cache)), exist_ok=True)
-          with open(FLAGS.cache, "w") as f:
-            json.dump(cache, f, indent=1)
+          _write_cache(FLAGS.cache, cache)
         plans[(c, t, comp)] = cache[key]
   print(table(configs, FLAGS.targets, plans))
   return 0
