@@ -37,6 +37,8 @@ def parse(argv):
     rest = FLAGS(argv)
   except Exception as e:  # a flag's value, or a config file or override config_flags loads while parsing
     raise configkeys.flag_error(e, argv) from None
+  if len(rest) > 1:  # a flag without its dashes, or a value split from its flag by a space
+    raise InputError(f"unexpected arguments: {' '.join(rest[1:])} (flags are --name=value)")
   logging.set_verbosity(logging.WARNING)
   return rest
 

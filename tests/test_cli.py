@@ -98,6 +98,7 @@ BAD = [
      "error: unknown config key model.attn_res.num_block (did you mean model.attn_res.num_blocks?)\n"),
     (["--config=configs/pre_norm_12l.py", "--config.model.num_layers=abc"], "num_layers"),
     (["--config=configs/missing.py"], "configs/missing.py"),
+    (["--config=configs/pre_norm_12l.py", "configs/tiny.py"], "unexpected arguments: configs/tiny.py"),
     (["--config=configs/pre_norm_12l.py:gpu"], "config scale 'gpu' is unknown"),
     (["--config=configs/pre_norm_12l.py", "--config.data.name=text_files", "--config.data.paths=/no/such*.txt"],
      "matches no file"),
