@@ -44,12 +44,7 @@ def parse(argv):
 
 
 def load_config():
-  try:
-    cfg = FLAGS.config
-    if cfg is not None:
-      cfg.to_dict()  # config_flags defers a load failure to the first access
-  except Exception as e:
-    raise configkeys.flag_error(e) from None
+  cfg = configkeys.load(FLAGS)
   if cfg is None:
     raise InputError("--config is required, e.g. --config=configs/post_norm_96l.py")
   return cfg

@@ -175,12 +175,7 @@ def print_table(res: dict) -> None:
 @cli_main
 def main(argv):
   check(len(argv) == 1, f"unexpected arguments: {' '.join(argv[1:])}")
-  try:
-    cfg = FLAGS.config
-    if cfg is not None:
-      cfg.to_dict()  # config_flags defers a config file's load failure to the first access
-  except Exception as e:
-    raise configkeys.flag_error(e) from None
+  cfg = configkeys.load(FLAGS)
   check(cfg is not None, "--config is required")
   check(FLAGS.steps >= 1, f"--steps={FLAGS.steps} must be >= 1")
   if FLAGS.json:  # before the benchmark, not after it

@@ -106,6 +106,18 @@ def check_dotted(name: str, where: str = "") -> None:
     raise InputError(f"{where}config key {name!r} is a section in configs/base.py, not a value")
 
 
+def load(FLAGS):
+  """FLAGS.config (None when not given), its load failure raised now as one line: config_flags defers it to the
+  config's first access."""
+  try:
+    cfg = FLAGS.config
+    if cfg is not None:
+      cfg.to_dict()
+  except Exception as e:
+    raise flag_error(e) from None
+  return cfg
+
+
 def flag_error(err: Exception, argv=()) -> InputError:
   """The one line for an error raised while absl parses a command line with a config file flag (config_flags), or
   while the config loads: an override naming a key configs/base.py lacks (ml_collections' KeyError holds quoted

@@ -52,8 +52,9 @@ def run_app(main, explain=None) -> None:
     try:
       return flags.FLAGS(argv)
     except Exception as e:  # a flag's value, or a config file or override that config_flags loads while parsing
-      first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-      raise (explain(e, argv) if explain else InputError(first)) from None
+      if explain:
+        raise explain(e, argv) from None
+      raise InputError((str(e).strip().splitlines() or [type(e).__name__])[0]) from None
 
   # absl knows --help but not -h or -?: the same help, not "Unknown command line flag 'h'"
   sys.argv = [("--help" if a in ("-h", "-?") else a) for a in sys.argv]

@@ -225,17 +225,17 @@ class Checkpointer:
     want = {_path_name(path): tuple(leaf.shape) for path, leaf in jax.tree_util.tree_leaves_with_path(abstract_state)}
     if not stored or stored == want:
       return None
+    differ = [n for n in sorted(set(stored) | set(want)) if stored.get(n) != want.get(n)]
+    # a params difference says more (another variant) than the optimizer's difference it implies
+    name = next((n for n in differ if n.startswith("params.")), differ[0])
     shape = lambda v: "[" + ", ".join(map(str, v)) + "]"
-    for params in (True, False):  # a params difference says more (another variant) than the optimizer's it implies
-      for name in sorted(n for n in set(stored) | set(want) if n.startswith("params.") == params):
-        if stored.get(name) != want.get(name):
-          there, here = (shape(d[name]) if name in d else "absent" for d in (stored, want))
-          what = ("params of another layout", "model (a checkpoint of another variant, or of an earlier parameter "
-                  "layout of this one)") if params else ("optimizer state of another layout", "run (the optimizer's "
-                  "config differs, e.g. train.grad_clip or the optimizer: resume with the checkpoint's, or start a "
-                  "new workdir)")
-          return f"checkpoint step {step} holds {what[0]}: {name} is {there} there and {here} in this {what[1]}"
-    return None
+    there, here = (shape(d[name]) if name in d else "absent" for d in (stored, want))
+    if name.startswith("params."):
+      return (f"checkpoint step {step} holds params of another layout: {name} is {there} there and {here} in this "
+              "model (a checkpoint of another variant, or of an earlier parameter layout of this one)")
+    return (f"checkpoint step {step} holds optimizer state of another layout: {name} is {there} there and {here} in "
+            "this run (the optimizer's config differs, e.g. train.grad_clip or the optimizer: resume with the "
+            "checkpoint's, or start a new workdir)")
 
   def restore(self, step: int, abstract_state, data_iter=None):
     """(state, host dict) of one step; the data iterator, if given, is restored in place. Params of another

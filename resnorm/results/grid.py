@@ -243,11 +243,16 @@ def add_points(add, d) -> None:
     add(config=d["config"], name=name, **overrides(d, r, s, c))
 
 
+def is_docs(out: str) -> bool:
+  """Whether a report directory is this checkout's docs/, which holds the committed reports."""
+  return os.path.abspath(out) == os.path.join(ROOT, "docs")
+
+
 def out_dir(given: str | None, full: bool, tag: str) -> str:
   """The report's directory: --out, else docs for the full CPU design and runs/report_TAG for any other. This
   checkout's docs/ holds the committed report, which a quick, test or accelerator design's may not replace."""
   if given is None:
     return "docs" if full else os.path.join("runs", f"report_{tag}")
-  check(full or os.path.abspath(given) != os.path.join(ROOT, "docs"), f"--out={given}: docs/ holds the full CPU "
+  check(full or not is_docs(given), f"--out={given}: docs/ holds the full CPU "
         f"design's report; give the {tag} report a directory of its own (by default runs/report_{tag})")
   return given

@@ -49,7 +49,7 @@ def records_dir(given: str | None, own_records: bool) -> str:
 
 def writes_readme(out: str, size: str) -> bool:
   """The README's v5 findings are regenerated only from this checkout's docs/ at the full size."""
-  return os.path.abspath(out) == os.path.join(ROOT, "docs") and size == "full"
+  return grid.is_docs(out) and size == "full"
 
 
 def from_flags(FLAGS, own_records: bool) -> int:

@@ -259,7 +259,7 @@ def write_report(Rs: dict, d, out: str, wall_s: float) -> str:
   from resnorm.io import provenance
   by_corpus, summary = evaluate_claims(Rs, d)
   readme = os.path.join(ROOT, "README.md")
-  new_readme = findings.readme_text(Rs, d, by_corpus, summary, readme, run_counts(Rs, d)) if os.path.abspath(out) == os.path.join(ROOT, "docs") \
+  new_readme = findings.readme_text(Rs, d, by_corpus, summary, readme, run_counts(Rs, d)) if grid.is_docs(out) \
       and d["size"] == "full" and d["scale"] == "cpu" else None
   k = run_counts(Rs, d)
   todo = unfinished(Rs, d)
