@@ -11,7 +11,7 @@ import pytest
 
 import np_reference_placements
 from carry_placements import carry_variants
-from conftest import init_and_apply, tiny_config
+from conftest import init_and_apply, init_params, tiny_config
 from resnorm.config import configlib
 from resnorm.model import depth_store, residual
 from resnorm.model.model import LM
@@ -146,6 +146,29 @@ def test_runs_over_store_prefixes_equal_one_scan_over_the_whole_store(name, over
   np.testing.assert_allclose(l_runs, l_one, rtol=1e-5)
   for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_runs), jax.tree.leaves(g_one)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
+
+
+def test_mudd_in_runs_ending_at_a_store_of_four_slots_trains_as_the_layer_loop():
+  """MUDDFormer at 3 layers in the default 4 runs: one layer per run, over 2, 3 and 4 slots. Under remat=dots a
+  block keeps its four ways' weighted reads, [4, B, T, D]: the last run's own shape, which layer_scan's guard
+  against store-sized residuals must let pass (it exempts stores of 4 slots or fewer). Loss and every gradient
+  equal the unrolled layer loop's (model.scan_layers=False: plain autodiff, no layer_scan)."""
+  over = {"model.remat": "dots"}
+  cfg = tiny_config("mudd", 3, **over)
+  mcfg, params, tokens = init_params(cfg)
+  assert depth_store.chunk_widths(3, 0, lambda l: residual.get("mudd").reach(mcfg, l), cfg.model.depth_chunks) == \
+      ((1, 2), (1, 3), (1, 4))
+  params = _perturbed(params)
+  l_scan, g_scan = _loss_and_grads(mcfg, params, tokens)
+  loop = configlib.model_config(tiny_config("mudd", 3, **over, **{"model.scan_layers": False}))
+  unrolled = {k: v for k, v in params.items() if k != "blocks"}
+  unrolled.update({f"blocks_{i}": jax.tree.map(lambda a: a[i], params["blocks"]) for i in range(3)})
+  l_loop, g_loop = _loss_and_grads(loop, unrolled, tokens)
+  np.testing.assert_allclose(l_scan, l_loop, rtol=1e-5)
+  g_loop = dict(g_loop, blocks=jax.tree.map(lambda *a: jnp.stack(a), *[g_loop.pop(f"blocks_{i}") for i in range(3)]))
+  assert jax.tree.structure(g_scan) == jax.tree.structure(g_loop)
+  for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(g_scan), jax.tree.leaves(g_loop)):
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-6, err_msg=jax.tree_util.keystr(path))
 
 
 def test_chunk_widths_cut_a_segment_into_runs_ending_at_their_reach():
