@@ -239,6 +239,36 @@ def test_an_elementwise_norms_alpha_is_reported_per_sublayer(norm):
   assert all(f"{other}_alpha" not in r for r in rows)
 
 
+def test_laurel_lr_ratio_is_each_tokens_low_rank_norm_over_its_own_stream_norm():
+  """LAuReL's lr_ratio taps ||x_t A B|| / ||x_t|| at every token of every sublayer ([S, B, T]) and reports each
+  sublayer's token mean. One token's embedding is 50x the others' and orthogonal to the first sublayer's A (its own
+  ratio there 0): a ratio of norms over the whole batch is then near 0 at that sublayer, the per-token mean is not."""
+  from resnorm.model.model import LM
+  cfg = tiny_config("laurel", 2, **{"model.laurel.rank": 2, "model.laurel.pa_k": 1})
+  mcfg, params, _ = init_params(cfg)
+  blocks = dict(params["blocks"])
+  for i, side in enumerate(("attn_res", "mlp_res")):   # B = 0 at init: every ratio would be 0
+    blocks[side] = dict(blocks[side], up=jax.random.normal(jax.random.key(5 + i), blocks[side]["up"].shape))
+  a = np.asarray(blocks["attn_res"]["down"][0], np.float64)
+  v = np.asarray(jax.random.normal(jax.random.key(7), (32,)), np.float64)
+  v -= a @ np.linalg.lstsq(a, v, rcond=None)[0]                                     # v A = 0
+  big = 50 * float(jnp.linalg.norm(params["embed"][7])) * v / np.linalg.norm(v)
+  params = {**params, "blocks": blocks, "embed": params["embed"].at[7].set(jnp.asarray(big, jnp.float32))}
+  batch = _batch()
+  batch["inputs"] = batch["inputs"].at[1, 5].set(7)
+  _, taps = LM(mcfg, collect=True).apply({"params": params}, batch["inputs"])
+  assert taps["lr_ratio"].shape == (4, 2, 16)
+  stats = jax.device_get(step.make_diag_fn(cfg, mcfg)(params, batch))["stats"]
+  f64 = lambda x: np.asarray(x, np.float64)
+  u = f64(taps["u"])                                                               # each sublayer's input x
+  ab = [f64(blocks[side]["down"][l]) @ f64(blocks[side]["up"][l]) for l in range(2) for side in ("attn_res", "mlp_res")]
+  lr = np.stack([u[s] @ ab[s] for s in range(4)])
+  per_token = np.linalg.norm(lr, axis=-1) / np.linalg.norm(u, axis=-1)            # [S, B, T]
+  np.testing.assert_allclose(taps["lr_ratio"], per_token, rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(stats["lr_ratio"], per_token.mean(axis=(1, 2)), rtol=1e-4)
+  whole = np.sqrt(np.sum(lr[0] ** 2) / np.sum(u[0] ** 2))                          # one norm over the batch
+  assert per_token[0, 1, 5] < 1e-3 and whole < 0.3 * per_token[0].mean(), (whole, per_token[0].mean())
+
 def test_laurel_and_mudd_learned_weights_are_the_papers_quantities():
   """LAuReL (a f + b (x + x A B + ...)): laurel_alpha is the weight on F(N(x)) and laurel_beta the one on the
   residual path; lr_ratio is ||x A B|| / ||x|| per token, then averaged (not a ratio of the means). MUDDFormer's
