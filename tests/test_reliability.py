@@ -152,6 +152,31 @@ def test_eval_names_a_step_it_cannot_restore_in_one_line(monkeypatch):
     evaluate._restore_live(Live(), "wd", 6, "step")  # noqa: SLF001
 
 
+@pytest.mark.parametrize("step, mode", [(None, "the newest"), (3, "--step=3")])
+def test_eval_of_a_workdir_emptied_while_loading_says_available_none(tmp_path, monkeypatch, step, mode):
+  """A checkpoint fails to restore and, when eval re-lists the workdir, no checkpoint is left: one line naming the
+  step, the cause and "available: none", for the newest checkpoint and for --step=N alike; the --step form does not
+  claim its step was removed while loading it (there is nothing left to load instead); nothing is written."""
+  from resnorm.core.errors import InputError
+  from resnorm.evaluation import evaluate
+
+  class Emptied:  # lists the run's steps until eval re-reads the directory
+    listed = [3, 6]
+    reload = lambda self: setattr(self, "listed", [])
+    steps = lambda self: list(self.listed)
+
+  def unreadable(*args):
+    raise FileNotFoundError("[Errno 2] No such file or directory: '_CHECKPOINT_METADATA'\n(and a second line)")
+  monkeypatch.setattr(evaluate, "_checkpoints", lambda wd, k: (Emptied(), [3, 6], 6 if k is None else k))
+  monkeypatch.setattr(evaluate, "_restore", unreadable)
+  k = 6 if step is None else step
+  with pytest.raises(InputError) as e:
+    evaluate.eval_workdir(str(tmp_path), step)
+  assert str(e.value) == (f"checkpoint step {k} of {tmp_path} cannot be restored (FileNotFoundError: [Errno 2] No "
+                          "such file or directory: '_CHECKPOINT_METADATA'); available: none"), mode
+  assert not list(tmp_path.iterdir())
+
+
 def _truncated_checkpoint(directory):
   """A Checkpointer holding step 1 of a small state whose array data is then truncated; (it, abstract state)."""
   import jax
