@@ -206,6 +206,22 @@ def test_the_page_puts_each_corpus_in_its_own_column_and_says_both_only_when_bot
   assert "so far" not in lines[0] and "so far" in lines[-1]  # Block's ladders are all complete, mHC has none
 
 
+def test_the_findings_of_a_one_corpus_report_name_its_corpus_not_both():
+  """The test-size design has one corpus (tests/data/records_v5_test): every verdict and the paper's side of the
+  interval are said of Python, never "on both corpora" or "both intervals"."""
+  import os
+  d = grid_v5.design("test")
+  assert d["corpora"] == ("pystdlib",)
+  T = c5.Table(d, os.path.join(os.path.dirname(__file__), "data", "records_v5_test"))
+  parts, _, cv = c5.judge(T)
+  mults = {"pystdlib": c5.multipliers(T, "pystdlib", resamples=50)}
+  lines = md.findings(T, parts, cv, mults)
+  assert len(lines) == len(d["arms"]) - 1 and not any("both" in l for l in lines), lines
+  block = lines[d["arms"].index("attn_res_block") - 1]
+  assert f"C11 {cv[('C11', 'pystdlib')]} on Python;" in block and " Python's interval)" in block, block
+  assert md._on({"shakespeare": "undecided"}) == "undecided on Shakespeare"  # noqa: SLF001
+
+
 def test_only_the_undefined_seeds_are_starred():
   p = {"id": "C12a", "corpus": "pystdlib", "values": {0: 0.3, 2: 0.1, 3: 0.2, 4: 0.5}, "worst_seeds": [1],
        "failed_runs": 0}
