@@ -142,6 +142,60 @@ def test_v5_reads_records_only_where_named_and_writes_the_readme_only_from_this_
   assert not report_v5.writes_readme(str(tmp_path / "docs"), "full")
 
 
+def _tree(root):
+  """Every file under root (a file: itself) with its bytes."""
+  if os.path.isfile(root):
+    return {"": open(root, "rb").read()}
+  return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+          for d, _, files in os.walk(root) for f in files}
+
+
+@pytest.mark.parametrize("broken", ["both markers", "the start marker", "the end marker"])
+def test_a_readme_without_its_v5_markers_is_refused_before_anything_is_written(tmp_path, broken):
+  """The README's v5 markers edited away (both, or one: the start marker's loss once read as offset -1) -> one line,
+  and the README, the page and the figure left byte for byte as they were, none written first."""
+  import shutil
+  from resnorm.core.errors import InputError
+  from resnorm.results import report_v5
+  from resnorm.results import report_v5_md as md
+  out = tmp_path / "docs"
+  (out / "figures").mkdir(parents=True)
+  for f in ("results_v5.md", md.FIGURE):
+    shutil.copy(os.path.join(ROOT, "docs", f), out / f)
+  text = open(os.path.join(ROOT, "README.md")).read()
+  assert text.count(md.BEGIN) == text.count(md.END) == 1
+  cut = {"both markers": (md.BEGIN, md.END), "the start marker": (md.BEGIN,), "the end marker": (md.END,)}[broken]
+  for marker in cut:
+    text = text.replace(marker, "")
+  readme = tmp_path / "README.md"
+  readme.write_text(text)
+  before = _tree(tmp_path)
+  with pytest.raises(InputError) as e:
+    report_v5.write_report(grid_v5.design("test"), COMMITTED, str(out), readme=str(readme))
+  assert str(e.value).startswith("README.md has no v5 findings block") and "\n" not in str(e.value)
+  assert _tree(tmp_path) == before
+
+
+def test_from_records_with_the_readmes_v5_markers_removed_writes_nothing(tmp_path):
+  """`python -m resnorm.results --from_records` (both reports, into docs/, the README's findings too) in a copy of
+  this checkout whose README lost its v5 markers: exit 2 with the one line, and docs/ and the README as they were:
+  report v5's check of the README runs before report v4 writes its page, and before v5 writes its own."""
+  import shutil
+  from resnorm.results import report_v5_md as md
+  copy = tmp_path / "checkout"
+  for name in ("resnorm", "configs", "docs", "results", "README.md", "pyproject.toml"):
+    (shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy)(os.path.join(ROOT, name),
+                                                                                   copy / name)
+  readme = copy / "README.md"
+  readme.write_text(readme.read_text().replace(md.BEGIN, "").replace(md.END, ""))
+  before = {"docs": _tree(copy / "docs"), "README.md": _tree(readme)}
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records"], cwd=copy,
+                     env={**ENV, "PYTHONPATH": str(copy)}, capture_output=True, text=True, timeout=600)
+  assert r.returncode == 2 and r.stderr.startswith("error: README.md has no v5 findings block"), r.stderr[-2000:]
+  assert len(r.stderr.splitlines()) == 1, r.stderr[-2000:]
+  assert {"docs": _tree(copy / "docs"), "README.md": _tree(readme)} == before
+
+
 def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
   from resnorm.results import records, report_v5
   d = grid_v5.design("full")

@@ -52,23 +52,39 @@ def writes_readme(out: str, size: str) -> bool:
   return grid.is_docs(out) and size == "full"
 
 
-def from_flags(FLAGS, own_records: bool) -> int:
-  """resnorm.results' flags: --records names v5's records only under --report=v5 (else they are v4's)."""
+def check_readme(readme: str | None) -> None:
+  """One line unless the README whose findings a report regenerates has its v5 markers, in order."""
+  if readme is not None:
+    from resnorm.results import report_v5_md as md
+    md.findings_block(storage.read_text(readme))
+
+
+def preflight(FLAGS, own_records: bool) -> tuple:
+  """Every check of report v5's flags and inputs that reads no record, before anything is run or written (by
+  resnorm.results before report v4 writes too): (design, records dir, out dir, the README to regenerate or None)."""
   check(not FLAGS.quick and FLAGS.scale == "cpu", "report v5 has no --quick or --scale=tpu design")
   recs = records_dir(FLAGS.records, own_records)
   d = grid_v5.design()
   out = grid.out_dir(FLAGS.out, d["size"] == "full", f"v5_{d['size']}")
+  if FLAGS.from_records:
+    records.check_present(recs)
+  readme = os.path.join(ROOT, "README.md") if writes_readme(out, d["size"]) else None
+  check_readme(readme)
+  return d, recs, out, readme
+
+
+def from_flags(FLAGS, own_records: bool) -> int:
+  """resnorm.results' flags: --records names v5's records only under --report=v5 (else they are v4's)."""
+  d, recs, out, readme = preflight(FLAGS, own_records)
   passed = [f"--{name}={FLAGS[name].value}" for name in FLAGS if name.startswith("slurm.") and FLAGS[name].present]
   if d["size"] != "full":  # tiny models: XLA's optimizations cost more compile time than they save
     os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
   rc = 0
-  if FLAGS.from_records:
-    records.check_present(recs)
-  else:
+  if not FLAGS.from_records:
     rc = run_grid(d, storage.absolute(FLAGS.root or "runs/v5"), recs, FLAGS.jobs, FLAGS.launcher, passed)
     if rc == EXIT_BAD_INPUT:
       return rc
-  path = write_report(d, recs, out, FLAGS.accept_fingerprints)
+  path = write_report(d, recs, out, FLAGS.accept_fingerprints, readme)
   print(f"wrote {path}", flush=True)
   return rc
 
@@ -84,14 +100,15 @@ def run_seconds(recs) -> float:
   return sum(statistics.median_low(v) * len(v) for v in by.values())  # low: of two runs, one may have spanned a pause
 
 
-def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False) -> str:
-  """OUT/results_v5.md and OUT/figures/v5_loss_compute.png from the records alone (each read and checked first:
-  nothing is written unless all pass); where OUT is this checkout's docs/ at the full size, the README's v5
-  findings too."""
+def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False, readme: str | None = None) -> str:
+  """OUT/results_v5.md and OUT/figures/v5_loss_compute.png from the records alone, and the v5 findings of `readme`
+  where given (preflight gives this checkout's README for its docs/ at the full size). Every record and the
+  README's markers are checked first: nothing is written unless all pass."""
   import datetime
   from resnorm.io import provenance
   from resnorm.results import claims_v5 as c5
   from resnorm.results import report_v5_md as md
+  check_readme(readme)
   T = c5.Table(d, records_dir)
   records.check_unique(T.digests)
   records.check_fingerprints(T.fingerprints, accept_fingerprints)
@@ -126,12 +143,15 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
       "for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
+  page = "\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n"
+  # spliced before the figure and the page are written (the README read again: it may have changed meanwhile),
+  # then written whole: a README that lost its markers leaves every file as it was
+  new_readme = md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts, mults)) \
+      if readme is not None else None
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)
   md.figure(T, mults, os.path.join(out, md.FIGURE))
   path = os.path.join(out, "results_v5.md")
-  storage.write_text(path, "\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n")
-  readme = os.path.join(ROOT, "README.md")
-  if writes_readme(out, d["size"]):  # spliced first, then written whole: an error leaves the README as it was
-    storage.write_text(readme, md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts,
-                                                                                         mults)))
+  storage.write_text(path, page)
+  if new_readme is not None:
+    storage.write_text(readme, new_readme)
   return path

@@ -224,9 +224,16 @@ def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[st
           "", "## Findings", "", *findings(T, parts, claim_verdicts, mults)]
 
 
-def splice_readme(text: str, lines: list[str]) -> str:
-  """The README with its v5 findings block replaced (it must have the markers, in order)."""
+def findings_block(text: str) -> tuple[int, int]:
+  """Where the README's v5 findings block lies (its start and end markers' offsets); one line if the markers are
+  not both there, in order."""
   i, j = text.find(BEGIN), text.find(END)
   check(0 <= i < j, f"README.md has no v5 findings block between the markers {BEGIN[:22]}... and {END}: restore "
         "them (git show HEAD:README.md) and rerun")
+  return i, j
+
+
+def splice_readme(text: str, lines: list[str]) -> str:
+  """The README with its v5 findings block replaced (it must have the markers, in order)."""
+  i, j = findings_block(text)
   return text[:i] + "\n".join([BEGIN, *lines, ""]) + text[j:]

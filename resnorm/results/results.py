@@ -312,9 +312,11 @@ def main(argv):
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
   # --records names v4's records unless --report=v5
   which = FLAGS.report if FLAGS["report"].present else "all" if FLAGS.from_records and not FLAGS.records else "v4"
+  if which in ("v5", "all"):
+    from resnorm.results import report_v5
+    report_v5.preflight(FLAGS, own_records=which == "v5")  # v5's checks (the README's markers) before v4 writes
   rc = main_v4() if which in ("v4", "all") else 0
   if which in ("v5", "all") and rc in (0, None):
-    from resnorm.results import report_v5
     rc = report_v5.from_flags(FLAGS, own_records=which == "v5")
   return rc
 
