@@ -1,5 +1,6 @@
 """resnorm.bench runs the real step on a grid and writes the JSON contract (timings are reported, not judged)."""
 import json
+import os
 import subprocess
 import sys
 
@@ -102,3 +103,24 @@ def test_xla_option_set_parses_list_values():
       "xla_cpu_experimental_ynn_fusion_type": "LIBRARY_FUSION_TYPE_DOT,LIBRARY_FUSION_TYPE_ELTWISE",
       "xla_cpu_use_onednn": True}
   assert xla_option_set("xla_cpu_matmul_tiling_m_dim=8")[1] == {"xla_cpu_matmul_tiling_m_dim": 8}
+
+
+def test_a_json_file_name_without_a_directory_is_written_in_the_working_directory(tmp_path, monkeypatch, capsys):
+  """--json=b.json, no directory part: its directory is the working directory, which exists (the check reads the
+  directory of the absolute path; os.path.dirname('b.json') is '', which is no directory)."""
+  import types
+  from resnorm.bench import bench
+  res = {"runs": [{"residual": "pre_norm", "num_layers": 2}]}   # what run() returns, without benchmarking
+  monkeypatch.setattr(bench, "run", lambda *args: res)
+  monkeypatch.setattr(bench, "print_table", lambda r: None)
+  monkeypatch.setattr(bench.startup, "start", lambda **kw: None)  # its compilation-cache switch is process-wide
+  monkeypatch.setattr(bench, "FLAGS", types.SimpleNamespace(
+      config=tiny_config(), json="b.json", steps=1, warmup=0, residuals=None, depths=None, kernels=None,
+      loop=False, decode=False, xla=None))
+  monkeypatch.chdir(tmp_path)
+  try:
+    rc = bench.main(["bench"])
+  except SystemExit as e:  # a refusal: one line and exit 2
+    rc = e.code
+  assert rc == 0, capsys.readouterr().err
+  assert json.load(open(tmp_path / "b.json")) == res and os.listdir(tmp_path) == ["b.json"]
