@@ -80,6 +80,18 @@ def test_good_configs_pass():
                                                         "model.value_residual.learned": learned}))
 
 
+def test_block_attnres_with_one_sublayer_per_block_passes():
+  """model.attn_res.num_blocks = 2L, each sublayer its own block (Full AttnRes in Block's form, the end of the
+  range), validates at every depth."""
+  refused = []
+  for layers in (1, 2, 3):
+    try:
+      configlib.validate(tiny_config("attn_res_block", layers, **{"model.attn_res.num_blocks": 2 * layers}))
+    except InputError as e:
+      refused.append(str(e))
+  assert not refused, refused
+
+
 def test_batch_not_divisible_by_data_parallel_size():
   cfg = tiny_config(**{"train.batch_size": 3, "mesh.data": 1})
   runtime.build(cfg)  # one device: any batch
