@@ -81,6 +81,25 @@ class _D:  # a part's design, as far as the rule reads it
     self.effect = effect
 
 
+def test_with_no_call_the_fcr_level_takes_r_as_one_and_intervals_stay_finite():
+  """Benjamini-Hochberg calls none of four null parts (three t-tests, one discordant count): the FCR level is
+  1 - 1 q / m with R = 1, not 1 - 0 q / m = 1, where a t interval is infinite and every part would be undecided
+  whatever its spread (a tight null around 0 is a decided null)."""
+  xs = ([0.2, -0.1, 0.05, -0.15], [0.3, -0.2, 0.1, -0.25], [0.0002, -0.0003, 0.0001, -0.0001])
+  parts = [{"test": verdicts.t_test(x), "design": _D(0.05)} for x in xs]
+  parts.append({"test": verdicts.discordant_test(3, 2), "design": _D(0.3)})
+  out = verdicts.finalize(parts)
+  level = 1 - 0.05 / 4
+  assert out == {"m": 4, "calls": 0, "level": pytest.approx(level)}
+  for p in parts:
+    assert np.all(np.isfinite(p["ci"])), p["ci"]
+    assert p["ci"] == pytest.approx(verdicts.interval(p["test"], level))
+  lo, hi = st.t.interval(level, 3, loc=np.mean(xs[0]), scale=st.sem(xs[0]))
+  assert parts[0]["ci"] == pytest.approx((lo, hi))
+  assert [p["verdict"] for p in parts] == [verdicts.UNDECIDED, verdicts.UNDECIDED, verdicts.NOT_REPRODUCED,
+                                           verdicts.UNDECIDED]
+
+
 @pytest.mark.parametrize("ci, want, small", [
     ((0.10, 0.40), verdicts.REPRODUCED, False),      # above 0 and reaching delta
     ((0.001, 0.02), verdicts.REPRODUCED, True),      # above 0, below delta: smaller than claimed
