@@ -34,6 +34,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.init = "xavier"                 # xavier (Xiong et al.'s setting, unit-variance embedding) | gpt2 (0.02,
                                     # residual outputs / sqrt(2L)) | normal (0.02, no depth scaling)
   m.tie_embed = False               # share the embedding with the output head
+  m.param = "standard"              # standard | mup | depth_mup | completep: how init, multipliers and AdamW scale
+                                    # with width and depth (resnorm.model.param; docs/variants.md)
+  m.param_base = ml_collections.ConfigDict()  # the shape the parametrization's multipliers are relative to
+  m.param_base.d_model = 0          # base width (0: the model's own, m_d = 1)
+  m.param_base.num_layers = 0       # base depth (0: the model's own, m_L = 1)
+  m.param_base.head_dim = 0         # base head dim for µP's attention scale (0: the model's own)
   m.pos = "rope"                    # rope | learned
   m.rope_base = 10000.0             # RoPE frequency base
   m.scan_layers = True              # nn.scan over blocks (False: unrolled Python loop, same function)

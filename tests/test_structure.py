@@ -21,8 +21,10 @@ LAYERS = {
     "evaluation": {"core", "io", "model", "config", "data", "scale", "viz", "step"},
     "train": {"core", "io", "model", "config", "data", "scale", "viz", "step", "evaluation"},
     "plan": {"core", "config", "model", "scale", "step"},
+    "coord": {"core", "io", "model", "config", "data", "scale", "viz", "step"},
     "sweep": {"core", "config", "io", "data", "scale"},
-    "results": {"core", "io", "model", "config", "data", "scale", "viz", "step", "evaluation", "plan", "sweep"},
+    "results": {"core", "io", "model", "config", "data", "scale", "viz", "step", "evaluation", "plan", "sweep",
+                "coord"},
     "bench": {"core", "io", "model", "config", "data", "scale", "viz", "step", "evaluation", "train", "plan"},
 }
 TOP = {"resnorm", "resnorm.cli"}

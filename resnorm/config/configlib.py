@@ -9,7 +9,7 @@ import re
 import ml_collections
 
 from resnorm.config import configkeys
-from resnorm.model import residual
+from resnorm.model import param, residual
 from resnorm.core.errors import InputError, check
 
 REMAT = ("none", "full", "dots", "dots_no_batch", "save_nothing")  # resnorm.model.model.REMAT_POLICIES, plus none
@@ -20,6 +20,7 @@ CHOICES = {
     "model.final_norm": (True, False),
     "model.dtype": ("float32", "bfloat16"),
     "model.init": ("xavier", "gpt2", "normal"),
+    "model.param": param.PARAMS,
     "model.pos": ("rope", "learned"),
     "model.kernels": ("auto", "xla_cpu", "reference"),
     "model.remat": REMAT,
@@ -29,13 +30,16 @@ CHOICES = {
 # resumes under any value of them. Every other model field must match. (`attention`: an older name of `kernels`.)
 RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention", "depth_chunks")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
-ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto", "depth_chunks": 1}
+ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto", "depth_chunks": 1,
+                      "param": "standard"}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 # The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
 # Sections added after runs were recorded: a stored config without one gets configs/base.py's (none of its runs
 # used the norm or the variant it configures).
-ADDED_SECTIONS = ("dyt", "frac_hc", "derf", "attn_res")
+ADDED_SECTIONS = ("dyt", "frac_hc", "derf", "attn_res", "param_base")
+# Sections of every model (not a variant's or a norm kind's): always compared.
+MODEL_SECTIONS = ("param_base",)
 # Sections that configure a norm kind rather than a variant: compared when the model uses that norm.
 NORM_SECTIONS = {"dyt": "dyt", "derf": "derf"}
 
@@ -122,7 +126,18 @@ def validate(cfg) -> None:
   check(cfg.ckpt.keep >= 1, f"ckpt.keep={cfg.ckpt.keep} must be >= 1")
   if t.get("init_from"):  # absent from configs stored before it existed
     split_init_from(t.init_from)
+  _check_param(m, variant)
   variant.check(m)
+
+
+def _check_param(m, variant) -> None:
+  for key in ("d_model", "num_layers", "head_dim"):
+    val = m.param_base[key]
+    check(isinstance(val, int) and not isinstance(val, bool) and val >= 0,
+          f"model.param_base.{key}={val!r} must be an integer >= 0 (0: the model's own)")
+  check(m.param not in variant.refuses,
+        f"model.param={m.param!r} does not compose with model.residual={m.residual!r}: "
+        f"{variant.refuses.get(m.param)}")
 
 
 def model_config(cfg) -> ml_collections.FrozenConfigDict:
@@ -170,7 +185,7 @@ def check_compatible(stored: dict, cfg, where: str) -> None:
       continue
     a, b = have.get(key), want.get(key)
     if isinstance(a, dict) and isinstance(b, dict):
-      if key != own and NORM_SECTIONS.get(key) != want.get("norm"):
+      if key != own and NORM_SECTIONS.get(key) != want.get("norm") and key not in MODEL_SECTIONS:
         continue  # another variant's (or norm kind's) settings do not affect this model
       diff = next((k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)), None)
       if diff is None:

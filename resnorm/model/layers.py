@@ -15,7 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from resnorm.model import kernels
+from resnorm.model import kernels, param
 
 Array = jax.Array
 
@@ -35,17 +35,28 @@ def compute_dtype(cfg) -> Any:
 INITS = ("xavier", "gpt2", "normal")
 
 
-def matrix_init(cfg, fan_in: int, fan_out: int, residual_out: bool = False) -> Callable:
+def init_std(init: str, fan_in, fan_out, num_layers, residual_out: bool) -> float:
   """`model.init`: `xavier` (Xiong et al. 2020's setting, Glorot normal), `gpt2` (normal 0.02, residual-output
   projections scaled by 1/sqrt(2L), Radford et al. 2019) or `normal` (normal 0.02, no depth scaling: the init of the
   Mix-LN and LayerNorm-Scaling reference code)."""
-  if cfg.init == "xavier":
-    std = (2.0 / (fan_in + fan_out)) ** 0.5
-  elif cfg.init == "gpt2":
-    std = 0.02 / ((2 * cfg.num_layers) ** 0.5 if residual_out else 1.0)
-  else:
-    std = 0.02
-  return nn.initializers.normal(std)
+  if init == "xavier":
+    return (2.0 / (fan_in + fan_out)) ** 0.5
+  if init == "gpt2":
+    return 0.02 / ((2 * num_layers) ** 0.5 if residual_out else 1.0)
+  return 0.02
+
+
+def matrix_init(cfg, fan_in: int, fan_out: int, residual_out: bool = False, role: str = "hidden") -> Callable:
+  """Normal with `init_std`. Under a parametrization other than `standard` (resnorm.model.param) the std is the
+  standard one at the base shape (fans of the width scaled by 1/m_d, the base depth), times the role's factor:
+  µP's hidden variance 1/m_d, no depth factor. `role` is `hidden` (both fans the width) or `unembed` (the head)."""
+  sh = param.shape(cfg)
+  if not sh.width:
+    return nn.initializers.normal(init_std(cfg.init, fan_in, fan_out, cfg.num_layers, residual_out))
+  _, base_layers, _ = param.base_shape(cfg)
+  fan_out = fan_out / sh.m_d if role == "hidden" else fan_out
+  std = init_std(cfg.init, fan_in / sh.m_d, fan_out, base_layers, residual_out)
+  return nn.initializers.normal(std * sh.rule(role).init)
 
 
 def embed_init(cfg) -> Callable:
@@ -117,6 +128,9 @@ class Attention(nn.Module):
       q, kk = rotate(q), rotate(kk)
     else:
       q, kk, v = self.qkv(cfg, name="qkv")(q, kk, v, rotate)
+    query = param.shape(cfg).query
+    if query != 1.0:  # µP's 1/K attention (after the hook: a QK norm would undo it)
+      q = q * jnp.asarray(query, q.dtype)
     if self.cache_len:
       shape = (b, self.cache_len, h, k)
       ck, cv = (self.variable("cache", name, jnp.zeros, shape, dt) for name in ("k", "v"))

@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from resnorm.model import residual
+from resnorm.model import param, residual
 from resnorm.model.depth_store import Store, chunk_widths, layer_scan
 from resnorm.model.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
 from resnorm.model.norms import make_norm
@@ -48,9 +48,12 @@ class Block(nn.Module):
     shared = classes[0](cfg, name="block_res") if variant.block_shared(cfg) else None
     attn = Attention(cfg, self.scales, self.cache_len, getattr(classes[0], "attn_qkv", None), name="attn")
     mlp = MLP(cfg, self.scales, getattr(classes[1], "mlp_hidden", None), name="mlp")
+    mult = param.shape(cfg).branch  # CompleteP's m_L^-alpha on every sublayer's output, whatever the placement
     for j, (kind, f) in enumerate((("attn", lambda h, **kw: attn(h, key, pos_T, **kw)),
                                    ("mlp", lambda h: mlp(h, key)))):
       branch = lambda h, f=f, **kw: f(nn.with_logical_constraint(h, ("batch", "seq", "act_embed")), **kw)
+      if mult != 1.0:
+        branch = lambda h, b=branch, **kw: b(h, **kw) * jnp.asarray(mult, h.dtype)
       res = shared or classes[j](cfg, name=f"{kind}_res")
       state, t = res(state, branch, make_norm(cfg, f"{kind}_norm"), layer, 2 * layer + j)
       taps.append(t)
@@ -144,10 +147,14 @@ class LM(nn.Module):
       y_BTD = jnp.sum(state, axis=2) if n else state
     if variant.final_norm and cfg.final_norm:
       y_BTD = make_norm(cfg, "final_norm")(y_BTD)
+    out_mult = param.shape(cfg).logits
+    if out_mult != 1.0:  # µP's output multiplier 1/m_d, on the head's input as the reference code applies it
+      y_BTD = y_BTD * jnp.asarray(out_mult, y_BTD.dtype)
     if cfg.tie_embed:
       logits = jnp.einsum("btd,vd->btv", y_BTD, emb_VD.astype(dt))
     else:
-      head = base_param(self, "head", matrix_init(cfg, cfg.d_model, cfg.vocab_size), (cfg.d_model, cfg.vocab_size),
+      head = base_param(self, "head", matrix_init(cfg, cfg.d_model, cfg.vocab_size, role="unembed"),
+                        (cfg.d_model, cfg.vocab_size),
                         ("embed", "vocab"), key)
       logits = jnp.einsum("btd,dv->btv", y_BTD, head.astype(dt))
     if variant.logit_scale is not None:

@@ -1,9 +1,11 @@
-"""Optimizer (optax): AdamW with a weight-decay mask, global-norm clipping, warmup + decay schedules."""
+"""Optimizer (optax): AdamW with a weight-decay mask, global-norm clipping, warmup + decay schedules; under a
+parametrization other than `standard`, AdamW per param role (resnorm.model.param) with the role's lr, eps and weight
+decay factors, as one optax.multi_transform over the param tree."""
 import flax
 import jax
 import optax
 
-from resnorm.model import residual
+from resnorm.model import param, residual
 BASE_DECAY = ("q", "k", "v", "o", "wi", "wo", "head")  # weight matrices; norms, embeddings, gates are not decayed
 
 
@@ -27,11 +29,39 @@ def schedule(tcfg) -> optax.Schedule:
 def decay_mask(params, cfg):
   """True where weight decay applies: base weight matrices, the variant's declared params, and the embedding
   if `train.decay_embed`."""
-  names = set(BASE_DECAY) | set(residual.get(cfg.model.residual).decay)
-  if cfg.train.decay_embed:
-    names |= {"embed", "pos_embed"}
   flat = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
-  return flax.traverse_util.unflatten_dict({k: k[-1] in names for k in flat})
+  return flax.traverse_util.unflatten_dict({k: _decayed(k, cfg) for k in flat})
+
+
+def _decayed(names: tuple, cfg) -> bool:
+  decayed = set(BASE_DECAY) | set(residual.get(cfg.model.residual).decay)
+  if cfg.train.decay_embed:
+    decayed |= {"embed", "pos_embed"}
+  return names[-1] in decayed
+
+
+def role_labels(params, cfg):
+  """Each param's group: its role, and `/decay` where weight decay applies (the same params as decay_mask)."""
+  roles = residual.get(cfg.model.residual).roles
+  def label(path, _):
+    names = tuple(str(p.key) for p in path if hasattr(p, "key"))
+    return param.role(names, roles) + ("/decay" if _decayed(names, cfg) else "")
+  return jax.tree_util.tree_map_with_path(label, params)
+
+
+def by_role(cfg, sh: param.Shape) -> optax.GradientTransformation:
+  """AdamW per role: lr x rule.lr on the schedule, eps x rule.eps, weight decay x rule.wd on the decayed params.
+  optax's AdamW decays by lr x wd x p, so a hidden weight's decay under CompleteP (lr / m_d, wd x m_d) is the same
+  at every width, as the reference's torch AdamW groups give."""
+  t, lr = cfg.train, schedule(cfg.train)
+  groups = {}
+  for name in param.ROLES:
+    rule = sh.rule(name)
+    for decay in (False, True):
+      groups[name + ("/decay" if decay else "")] = optax.adamw(
+          lambda step, f=rule.lr: lr(step) * f, b1=t.b1, b2=t.b2, eps=t.eps * rule.eps,
+          weight_decay=t.weight_decay * rule.wd if decay else 0.0)
+  return optax.multi_transform(groups, lambda p: role_labels(p, cfg))
 
 
 def unit_norm(axes: dict) -> optax.GradientTransformation:
@@ -46,8 +76,12 @@ def unit_norm(axes: dict) -> optax.GradientTransformation:
 def make(cfg) -> optax.GradientTransformation:
   t = cfg.train
   parts = [optax.clip_by_global_norm(t.grad_clip)] if t.grad_clip > 0 else []
-  parts.append(optax.adamw(schedule(t), b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=t.weight_decay,
-                           mask=lambda p: decay_mask(p, cfg)))
+  sh = param.shape(cfg.model)
+  if sh.width:
+    parts.append(by_role(cfg, sh))
+  else:  # `standard`: the one AdamW it has always been (its state layout is the checkpoints')
+    parts.append(optax.adamw(schedule(t), b1=t.b1, b2=t.b2, eps=t.eps, weight_decay=t.weight_decay,
+                             mask=lambda p: decay_mask(p, cfg)))
   axes = dict(residual.get(cfg.model.residual).unit_norm)
   if axes:
     parts.append(unit_norm(axes))

@@ -67,7 +67,7 @@ def _compare(src: dict, dst: dict, where: str, sections: bool) -> None:
     if key in configlib.RUNTIME_MODEL_FIELDS or key in INIT_ONLY_FIELDS or key == "residual":
       continue
     if isinstance(a, dict) or isinstance(b, dict):
-      own = sections and key == dst["residual"]
+      own = (sections and key == dst["residual"]) or key in configlib.MODEL_SECTIONS
       if not own and configlib.NORM_SECTIONS.get(key) != dst.get("norm"):
         continue  # another variant's settings, or the upcycled variant's own (checked by UPCYCLES)
       diff = next((k for k in sorted(set(a or {}) | set(b or {})) if (a or {}).get(k) != (b or {}).get(k)), None)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from resnorm.core.errors import check
 from resnorm.model.norms import last_axis, make_norm
-from resnorm.model.residual.base import Variant, register
+from resnorm.model.residual.base import Variant, depth_refusal, register
 
 
 def admin_update(x, y, omega_D, norm):
@@ -102,4 +102,8 @@ def _check(cfg):
 
 
 register(Variant("admin", Admin, final_norm=False, init_params=_init_params, check=_check,
+                 roles={"omega": "vector"},
+                 refuses=depth_refusal("Admin's omega is profiled at init to balance the output variance "
+                                       "accumulated over depth, a depth scaling of its own (and the profiling pass "
+                                       "runs the sublayers without the branch multiplier)"),
                  extra_params=lambda cfg: 2 * cfg.num_layers * cfg.d_model))

@@ -179,4 +179,4 @@ def _check(cfg):
 
 for _name in ("attn_res", "attn_res_block"):
   register(Variant(_name, (AttnResAttn, AttnResMLP), start=_start, finish=_finish, extra_params=_params,
-                   extra_flops=_flops, check=_check, section="attn_res", reach=_reach))
+                   roles={"query": "readout", "final_res/query": "final_readout"}, extra_flops=_flops, check=_check, section="attn_res", reach=_reach))

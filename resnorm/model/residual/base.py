@@ -44,6 +44,10 @@ A variant is one `Variant` record (docs/design.md, "Variants are pure pieces wit
 - `decay`: names of the variant's own params that get weight decay (all others are exempt).
 - `extra_params(cfg)`, `extra_flops(cfg)`: the variant's own parameters (whole model) and forward FLOPs per token.
 - `check(cfg)`: raises `InputError` for invalid variant settings.
+- `roles`: the parametrization role (resnorm.model.param.ROLES) of each of the variant's own params, keyed by the
+  param's name, `module/name` or a module's name; base weights and norm params have theirs from resnorm.model.param.
+- `refuses`: {parametrization: why} for the `model.param` values this variant does not compose with (config
+  validation refuses them in one line with the reason).
 - `section`: the `model.<section>` config node holding its settings, where it is not the variant's name (Block
   AttnRes reads `model.attn_res`); a checkpoint's settings there must match the config's.
 """
@@ -54,6 +58,7 @@ import jax
 import jax.numpy as jnp
 
 from resnorm.core.errors import InputError
+from resnorm.model.param import DEPTH_ALPHA
 
 
 def _none(cfg):
@@ -104,6 +109,8 @@ class Variant:
   init_params: Callable | None = None
   unit_norm: tuple = ()  # ((weight name, axis), ...)
   section: str | None = None
+  roles: dict = dataclasses.field(default_factory=dict)
+  refuses: dict = dataclasses.field(default_factory=dict)
 
   def layer_segments(self, cfg):
     if self.segments is not None:
@@ -126,6 +133,11 @@ def unit_normalize(params, axes: dict):
     w32 = w.astype(jnp.float32)
     return (w32 / jnp.linalg.norm(w32, axis=axes[name], keepdims=True)).astype(w.dtype)
   return jax.tree_util.tree_map_with_path(norm, params)
+
+
+def depth_refusal(why: str) -> dict:
+  """`Variant.refuses` for a variant that scales by depth itself: every parametrization with a depth rule."""
+  return {name: why for name in DEPTH_ALPHA}
 
 
 REGISTRY: dict[str, Variant] = {}

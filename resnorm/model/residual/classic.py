@@ -7,7 +7,7 @@ import jax.numpy as jnp
 
 from resnorm.core.errors import check
 from resnorm.model.norms import make_norm, num_params
-from resnorm.model.residual.base import Variant, register
+from resnorm.model.residual.base import Variant, depth_refusal, register
 
 
 def _taps(u, f):
@@ -133,8 +133,12 @@ register(Variant("peri_norm", PeriNorm,
                  extra_params=_per_sublayer(lambda cfg: num_params(cfg, cfg.d_model))),
          "sandwich")
 register(Variant("deepnorm", DeepNorm, final_norm=False, init_scales=_deepnorm_scales,
+                 refuses=depth_refusal("DeepNorm's alpha = (2M)^(1/4) and beta = (8M)^(-1/4) are a depth "
+                                       "parametrization of their own; a depth rule on top scales by depth twice"),
                  check=_no_depth_scaled_init("deepnorm")))
-register(Variant("rezero", ReZero, final_norm=False, block_norms=False, block_shared=lambda cfg: cfg.rezero.share_gate,
+register(Variant("rezero", ReZero, roles={"alpha": "vector"}, final_norm=False, block_norms=False, block_shared=lambda cfg: cfg.rezero.share_gate,
                  extra_params=lambda cfg: cfg.num_layers * (1 if cfg.rezero.share_gate else 2)))
-register(Variant("ln_scaling", LNScaling, check=_no_depth_scaled_init("ln_scaling")))
+register(Variant("ln_scaling", LNScaling, check=_no_depth_scaled_init("ln_scaling"),
+                 refuses=depth_refusal("LayerNorm Scaling's 1/sqrt(l) is a depth scaling of its own; a depth rule "
+                                       "on top scales by depth twice")))
 register(Variant("mix_ln", PreNorm, segments=_mix_ln_segments, check=_check_mix_ln))

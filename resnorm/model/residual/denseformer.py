@@ -104,7 +104,7 @@ def _check(cfg):
 
 register(Variant(
     "denseformer", DenseSublayer, start=_start, finish=_finish, after_block=DWA, x_from_store=_x_from_store,
-    decay=("alpha",), check=_check, reach=_reach,
+    decay=("alpha",), check=_check, reach=_reach, roles={"alpha": "vector"},
     extra_params=lambda cfg: cfg.num_layers * (cfg.num_layers + 1),
     # the masked DWA as computed: after every block, a weighted sum over the slots of its run (layer_widths)
     extra_flops=lambda cfg: 2 * sum(layer_widths(cfg, _reach)) * cfg.d_model))

@@ -96,5 +96,7 @@ def _check(cfg):
 
 register(Variant(
     "frac_hc", FracConnection, decay=("w_alpha", "w_beta"),
+    roles={"static_alpha": "vector", "static_beta": "vector", "s_alpha": "vector", "s_beta": "vector",
+           "w_alpha": "readout", "w_beta": "readout"},
     extra_params=lambda cfg: 2 * cfg.num_layers * frac_params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * frac_flops_per_sublayer(cfg), check=_check))

@@ -95,5 +95,7 @@ def _check_hc(cfg):
 
 register(Variant(
     "hc", HyperConnection, streams=lambda cfg: cfg.hc.n, init_scales=_hc_scales, decay=("w_alpha", "w_beta"),
+    roles={"static_alpha": "vector", "static_beta": "vector", "s_alpha": "vector", "s_beta": "vector",
+           "w_alpha": "readout", "w_beta": "readout"},
     extra_params=lambda cfg: 2 * cfg.num_layers * hc_params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * hc_flops_per_sublayer(cfg), check=_check_hc))

@@ -131,4 +131,5 @@ def _check(cfg):
 
 
 register(Variant("laurel", Laurel, start=_start, finish=_finish, decay=("down", "up"), extra_params=_params,
+                 roles={"down": "readout", "up": "vector", "pa_gain": "vector", "rw_logits": "vector"},
                  extra_flops=_flops, check=_check, reach=_reach))

@@ -111,5 +111,7 @@ def _check_mhc(cfg):
 
 register(Variant(
     "mhc", ManifoldHyperConnection, streams=lambda cfg: cfg.mhc.n, decay=("phi",),
+    roles={"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
+           "a_post": "vector", "a_res": "vector"},
     extra_params=lambda cfg: 2 * cfg.num_layers * mhc_params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * mhc_flops_per_sublayer(cfg), check=_check_mhc))

@@ -82,5 +82,7 @@ def _check(cfg):
 
 register(Variant(
     "mhc_lite", MHCLite, streams=lambda cfg: cfg.mhc_lite.n, decay=("phi",), check=_check,
+    roles={"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
+           "a_post": "vector", "a_res": "vector"},
     extra_params=lambda cfg: 2 * cfg.num_layers * params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * flops_per_sublayer(cfg)))

@@ -201,4 +201,6 @@ def _flops(cfg) -> int:
 
 
 register(Variant("mudd", (MuddAttn, MuddMLP), start=_start, finish=_finish, decay=("w1", "w2"),
+                 roles={"dense/w1": "readout", "dense/w2": "vector", "dense/bias": "vector",
+                        "final_dense/w1": "final_readout", "final_dense/w2": "final", "final_dense/bias": "final"},
                  extra_params=mudd_params_used, extra_flops=_flops, reach=_reach))

@@ -108,4 +108,8 @@ def _check(cfg):
 register(Variant(
     "ngpt", NormalizedSublayer, final_norm=False, block_norms=False, logit_scale=LogitScale,
     init_params=_init_params, unit_norm=UNIT_NORM, check=_check,
+    roles={"s_qk": "vector", "alpha": "vector", "s_v": "vector", "s_z": "final"},
+    refuses={p: "nGPT keeps its matrices at unit norm and renormalizes them after every step, so the width rules "
+             "on their init std and Adam lr have no meaning (and nGPT's lr does not transfer: nuGPT, arXiv "
+             "2604.27077)" for p in ("mup", "depth_mup", "completep")},
     extra_params=lambda cfg: cfg.num_layers * (3 * cfg.d_model + cfg.mlp_dim) + cfg.vocab_size))

@@ -35,5 +35,5 @@ def _finish(cfg, s_BT2D):
   return s_BT2D[:, :, 0] + make_norm(cfg, "dual_norm")(s_BT2D[:, :, 1])
 
 
-register(Variant("resi_dual", ResiDual, final_norm=False, start=_start, finish=_finish,
+register(Variant("resi_dual", ResiDual, final_norm=False, start=_start, finish=_finish, roles={"dual_norm": "final"},
                  extra_params=lambda cfg: num_params(cfg, cfg.d_model)))

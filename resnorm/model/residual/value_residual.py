@@ -75,5 +75,6 @@ def _check(cfg):
 
 
 register(Variant("value_residual", (ValueResidualAttn, ValueResidualMLP), start=_start, finish=_finish,
+                 roles={"lambda": "vector"},
                  extra_params=lambda cfg: cfg.num_layers if cfg.value_residual.learned else 0,
                  extra_flops=lambda cfg: 3 * cfg.num_layers * cfg.d_model, check=_check))
