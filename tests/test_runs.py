@@ -81,3 +81,25 @@ def test_a_fraction_before_the_first_trained_diagnostics_reads_none_not_the_init
     assert R.last(R100, 0)[0]["cos_next_median"] == DIAGS[40]
   assert R.last(R100, 0)[0]["cos_next_median"] == DIAGS[100]
   assert R.run(R100, 0)["first"][0]["cos_next_median"] == DIAGS[0]
+
+
+def test_a_report_from_records_reads_no_diagnostics_before_the_first_trained_ones(tmp_path):
+  """Runs whose diagnostics are the init's (step 0) and the last step's only, read from their records as the
+  committed report reads them: a diagnostics part's trajectory at 50% and 75% of training is None, not the init's
+  median cosine; its value at the end is the trained one; and the regime has no change over the last quarter to
+  test (the init's rows would make one of 0.3 - 0.9)."""
+  from resnorm.results import parts, records, runs
+  recs = tmp_path / "records"
+  R = runs.Runs("", design(), "pystdlib", str(recs))
+  for s in range(3):
+    path = write_run(tmp_path / "runs", R100, s, diags={0: 0.9, 100: 0.3 + 0.01 * s})
+    records.write(R.record_path(grid.run_name(R100, s, "pystdlib")),
+                  records.from_workdir(path, R100, "pystdlib", s, "f" * 16))
+  fn = lambda s: parts.median_cos(R.last(R100, s))
+  x = {s: fn(s) for s in range(3)}
+  assert x == pytest.approx({0: 0.3, 1: 0.31, 2: 0.32})
+  out = parts._regime(R, fn, x, +1, 0.05)  # noqa: SLF001
+  assert out["trajectory"][0.5] is None and out["trajectory"][0.75] is None, out["trajectory"]
+  assert out["trajectory"][1.0] == pytest.approx(0.31)
+  assert out["regime"] is None and out["settled"] is False
+  assert R.run(R100, 0)["first"][0]["cos_next_median"] == 0.9   # the init's rows are there, read as the init's
