@@ -170,10 +170,41 @@ def test_a_readme_without_its_v5_markers_is_refused_before_anything_is_written(t
   readme = tmp_path / "README.md"
   readme.write_text(text)
   before = _tree(tmp_path)
-  with pytest.raises(InputError) as e:
-    report_v5.write_report(grid_v5.design("test"), COMMITTED, str(out), readme=str(readme))
-  assert str(e.value).startswith("README.md has no v5 findings block") and "\n" not in str(e.value)
-  assert _tree(tmp_path) == before
+  for recs in (COMMITTED, str(tmp_path / "no_records")):   # checked before any record is read
+    with pytest.raises(InputError) as e:
+      report_v5.write_report(grid_v5.design("test"), recs, str(out), readme=str(readme))
+    assert str(e.value).startswith("README.md has no v5 findings block") and "\n" not in str(e.value)
+    assert _tree(tmp_path) == before
+
+
+def test_the_readme_given_gets_the_pages_findings_between_its_markers(tmp_path):
+  """write_report puts the page's own findings lines between the README's v5 markers, the rest as it was."""
+  from resnorm.results import report_v5
+  from resnorm.results import report_v5_md as md
+  readme = tmp_path / "README.md"
+  readme.write_text(f"a\n{md.BEGIN}\nold\n{md.END}\nb\n")
+  page = open(report_v5.write_report(grid_v5.design("test"), COMMITTED, str(tmp_path / "out"),
+                                     readme=str(readme))).read()
+  found = page.split("## Findings\n\n", 1)[1].rstrip("\n")
+  assert found.startswith("- **attn_res_block**")
+  assert readme.read_text() == f"a\n{md.BEGIN}\n{found}\n{md.END}\nb\n"
+
+
+def test_from_records_into_this_checkouts_docs_regenerates_this_checkouts_readme(tmp_path, monkeypatch):
+  """from_flags hands write_report this checkout's README for docs/ at the full size, and none for another --out
+  (write_report stubbed: nothing is written)."""
+  import types
+  from resnorm.results import report_v5
+  given = []
+  monkeypatch.setattr(report_v5, "write_report", lambda d, recs, out, accept, readme=None: given.append(readme) or out)
+  monkeypatch.setenv(grid.SIZE_ENV, "full")
+  class Flags(types.SimpleNamespace):  # absl's FLAGS, with no --slurm.* flags given
+    __iter__ = lambda self: iter(())
+  for out in (os.path.join(ROOT, "docs"), str(tmp_path)):
+    FLAGS = Flags(quick=False, scale="cpu", records=None, from_records=True, root=None, jobs=2, launcher="local",
+                  out=out, accept_fingerprints=False)
+    assert report_v5.from_flags(FLAGS, own_records=False) == 0
+  assert given == [os.path.join(ROOT, "README.md"), None]
 
 
 def test_from_records_with_the_readmes_v5_markers_removed_writes_nothing(tmp_path):
