@@ -294,3 +294,19 @@ def test_figures_drawn_while_within_budget():
   assert tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 60.0)       # 1 s of 60: 1.7%
   assert not tb_figures.should_draw(0.0, tb_figures.TB_DRAW_GUESS_S, 40.0)   # 1 s of 40: 2.5%
   assert tb_figures.should_draw(2.0, 0.5, 125.0) and not tb_figures.should_draw(2.0, 0.5, 124.0)
+
+
+def test_completep_trains_through_the_loop_and_resumes_exactly(tmp_path, text_corpus):
+  """Under a parametrization (CompleteP at 2x the base width and depth: the per-role optimizer chain, its state
+  in the checkpoint, the multipliers) the loop trains, and a run crashed after its step-3 checkpoint resumes to the
+  uninterrupted run's params bit for bit."""
+  cfg = text_config(text_corpus, "hc", **{"model.param": "completep", "model.param_base.d_model": 16,
+                                          "model.param_base.num_layers": 1})
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  assert trainer.train(cfg, a) == 0 and trainer.train(cfg, b) == 0
+  shutil.rmtree(os.path.join(b, "checkpoints", "6"))
+  code, out, err = _train_captured(cfg, b)
+  assert code == 0 and "resumed from checkpoint step 3" in out and "done: 3 steps" in out, err
+  assert _metrics(a) == _metrics(b)
+  for x, y in zip(_leaves(_final_params(cfg, a, 6)), _leaves(_final_params(cfg, b, 6))):
+    np.testing.assert_array_equal(x, y)

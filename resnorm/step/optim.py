@@ -1,6 +1,6 @@
 """Optimizer (optax): AdamW with a weight-decay mask, global-norm clipping, warmup + decay schedules; under a
-parametrization other than `standard`, AdamW per param role (resnorm.model.param) with the role's lr, eps and weight
-decay factors, as one optax.multi_transform over the param tree."""
+parametrization other than `standard`, AdamW with each param role's lr, eps and weight-decay factors
+(resnorm.model.param), as one chain over the param tree."""
 import flax
 import jax
 import optax
@@ -40,28 +40,31 @@ def _decayed(names: tuple, cfg) -> bool:
   return names[-1] in decayed
 
 
-def role_labels(params, cfg):
-  """Each param's group: its role, and `/decay` where weight decay applies (the same params as decay_mask)."""
+def _per_leaf(cfg, fn) -> optax.GradientTransformation:
+  """A stateless transform: each update leaf u -> fn(u, param, names, role), the names of its path in the tree."""
   roles = residual.get(cfg.model.residual).roles
-  def label(path, _):
-    names = tuple(str(p.key) for p in path if hasattr(p, "key"))
-    return param.role(names, roles) + ("/decay" if _decayed(names, cfg) else "")
-  return jax.tree_util.tree_map_with_path(label, params)
+  def f(updates, params):
+    def one(path, u, p):
+      names = tuple(str(k.key) for k in path if hasattr(k, "key"))
+      return fn(u, p, names, param.role(names, roles))
+    return jax.tree_util.tree_map_with_path(one, updates, params)
+  return optax.stateless(f)
 
 
 def by_role(cfg, sh: param.Shape) -> optax.GradientTransformation:
-  """AdamW per role: lr x rule.lr on the schedule, eps x rule.eps, weight decay x rule.wd on the decayed params.
-  optax's AdamW decays by lr x wd x p, so a hidden weight's decay under CompleteP (lr / m_d, wd x m_d) is the same
+  """AdamW with each param role's lr, eps and weight-decay factors (resnorm.model.param), as one chain over the whole
+  tree whose state is one Adam state, like `standard`'s. Adam is invariant to a gradient's scale but for eps, so a
+  role's eps x e is Adam with eps on the gradient / e: m / (sqrt(v) + eps e) = (m / e) / (sqrt(v / e^2) + eps).
+  The decay is AdamW's decoupled lr x wd x p, so a hidden weight's (lr / m_d, wd x m_d under CompleteP) is the same
   at every width, as the reference's torch AdamW groups give."""
-  t, lr = cfg.train, schedule(cfg.train)
-  groups = {}
-  for name in param.ROLES:
-    rule = sh.rule(name)
-    for decay in (False, True):
-      groups[name + ("/decay" if decay else "")] = optax.adamw(
-          lambda step, f=rule.lr: lr(step) * f, b1=t.b1, b2=t.b2, eps=t.eps * rule.eps,
-          weight_decay=t.weight_decay * rule.wd if decay else 0.0)
-  return optax.multi_transform(groups, lambda p: role_labels(p, cfg))
+  t, rules = cfg.train, {name: sh.rule(name) for name in param.ROLES}
+  decay = lambda u, p, names, r: u + (t.weight_decay * rules[r].wd) * p if _decayed(names, cfg) else u
+  return optax.chain(
+      _per_leaf(cfg, lambda u, p, names, r: u / rules[r].eps if rules[r].eps != 1.0 else u),
+      optax.scale_by_adam(b1=t.b1, b2=t.b2, eps=t.eps),
+      _per_leaf(cfg, decay) if t.weight_decay > 0 else optax.identity(),
+      optax.scale_by_learning_rate(schedule(t)),
+      _per_leaf(cfg, lambda u, p, names, r: u * rules[r].lr if rules[r].lr != 1.0 else u))
 
 
 def unit_norm(axes: dict) -> optax.GradientTransformation:
