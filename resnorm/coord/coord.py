@@ -161,3 +161,18 @@ def spread(result: dict, axis: str, step: int, kinds=("act", "delta", "update"))
 
 def log_stderr(msg: str) -> None:
   print(msg, file=sys.stderr, flush=True)
+
+
+def table(results: list[dict]) -> str:
+  """Markdown: per placement and parametrization, over each axis, the largest spread of an activation or of its
+  change since init at the last step (which quantity), and the stream's. The page's table (docs/transfer.md)."""
+  lines = ["| placement | param | over width: largest | stream | over depth: largest | stream |",
+           "|---|---|---|---|---|---|"]
+  for res in results:
+    cells = []
+    for axis in ("width", "depth"):
+      s = spread(res, axis, res["steps"], ("act", "delta"))
+      worst = max(s, key=s.get)
+      cells += [f"{s[worst]:.2f}x ({worst})", f"{s['act/stream']:.2f}x"]
+    lines.append(f"| `{res['residual']}` | `{res['param']}` | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
