@@ -311,3 +311,26 @@ def test_an_upcycle_across_parametrizations_is_refused():
     upcycle.check_transition(src, tiny_config("hc", 2, **{"model.param": "completep"}), "runs/src")
   with pytest.raises(InputError, match="model.param_base.d_model=0 but this run has model.param_base.d_model=16"):
     upcycle.check_transition(src, tiny_config("hc", 2, **{"model.param_base.d_model": 16}), "runs/src")
+
+
+@pytest.mark.parametrize("p", ["depth_mup", "completep"])
+def test_every_sublayers_output_carries_the_branch_multiplier(p):
+  """Pre-Norm at 4 layers, base 2: each of the 8 sublayers' output (its tap f) is (L_base / L)^alpha x F(N(u)),
+  F and N its own attention or MLP and norm applied to its own input u: attention and MLP, first and last."""
+  from resnorm.model.layers import MLP
+  from resnorm.model.norms import make_norm
+  c = _cfg("pre_norm", p, 32, 4)
+  mcfg = configlib.model_config(c)
+  params = _init(c)[2]["params"]
+  tok = jnp.asarray(np.arange(32).reshape(2, 16) % 256)
+  _, taps = _apply(c, params, tok)
+  key, pos = jax.random.key(0), jnp.arange(16, dtype=jnp.int32)
+  mult = (2 / 4) ** DEPTH_PARAMS[p]
+  for s in range(8):
+    layer, kind = divmod(s, 2)
+    bp = jax.tree.map(lambda a: a[layer], params["blocks"])
+    name = ("attn", "mlp")[kind]
+    h = make_norm(mcfg, None).apply({"params": bp[f"{name}_norm"]}, taps["u"][s])
+    f = (Attention(mcfg).apply({"params": bp["attn"]}, h, key, pos) if kind == 0
+         else MLP(mcfg).apply({"params": bp["mlp"]}, h, key))
+    np.testing.assert_allclose(np.asarray(taps["f"][s]), mult * np.asarray(f), rtol=2e-5, atol=1e-6, err_msg=str(s))
