@@ -88,3 +88,13 @@ def test_the_pages_table_is_the_committed_checks():
   block = page[page.index("\n", start) + 1: page.index("<!-- /coord table -->")]
   assert block.strip() == coord.table(results)
   assert all(r["steps"] == 10 and r["ladder"]["depths"] == [12, 24, 48, 96] for r in results)
+
+
+def test_spread_reads_the_step_asked_for():
+  """Activations are recorded from step 0 (init) on, updates from the first step: spread at step s reads the
+  activation after s steps and the s-th update, max over min across the rungs."""
+  rung = lambda k: {"act": {"stream": [1.0, 2.0 * k, 3.0 * k]}, "delta": {"stream": [0.0, 1.0, 5.0 * k]},
+                    "update": {"hidden": [7.0 * k, 1.0]}}
+  res = {"width": {"32": rung(1), "64": rung(4)}}
+  assert coord.spread(res, "width", 2) == {"act/stream": 4.0, "delta/stream": 4.0, "update/hidden": 1.0}
+  assert coord.spread(res, "width", 1) == {"act/stream": 4.0, "delta/stream": 1.0, "update/hidden": 4.0}
