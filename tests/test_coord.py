@@ -32,6 +32,7 @@ def checks():
           "completep": _check("completep", only_depth)}
 
 
+@pytest.mark.integration
 def test_mup_flat_in_width_completep_flat_in_depth_standard_neither(checks):
   mup = coord.spread(checks["mup"], "width", 10, KINDS)
   completep = coord.spread(checks["completep"], "depth", 10, KINDS)
@@ -43,6 +44,7 @@ def test_mup_flat_in_width_completep_flat_in_depth_standard_neither(checks):
     assert max(std.values()) > 2 * FACTOR, (axis, std)
 
 
+@pytest.mark.integration
 def test_update_sizes_follow_the_rules(checks):
   """Per coordinate, a hidden matrix's Adam update is lr / m_d under µP (4x smaller at 4x the width) and the same
   at every depth under CompleteP (alpha = 1: lr x m_L^0); a norm gain's is lr x m_L^0 too."""

@@ -318,7 +318,8 @@ def test_the_checkers_see_what_they_check():
 
 HELP_PAGES = ("README.md", "docs/usage.md")
 COMMANDS = {"train.py": ["train.py"], "eval.py": ["eval.py"], "resnorm.sweep": ["-m", "resnorm.sweep"],
-            "resnorm.results": ["-m", "resnorm.results"], "resnorm.bench": ["-m", "resnorm.bench"]}
+            "resnorm.results": ["-m", "resnorm.results"], "resnorm.bench": ["-m", "resnorm.bench"],
+            "resnorm.coord": ["-m", "resnorm.coord"]}
 
 
 @pytest.fixture(scope="module")
