@@ -127,7 +127,7 @@ def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
 
 @pytest.mark.parametrize("name,over", [
     pytest.param("attn_res", {}, marks=E2E), pytest.param("attn_res_block", {"model.attn_res.num_blocks": 5}, marks=E2E),
-    ("mudd", {}),
+    pytest.param("mudd", {}, marks=E2E),  # mudd's runs: test_mudd_in_runs_ending_at_a_store_of_four_slots_...
     pytest.param("denseformer", {}, marks=E2E), pytest.param("laurel", {"model.laurel.pa_k": 7}, marks=E2E),
     pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E)])
 def test_runs_over_store_prefixes_equal_one_scan_over_the_whole_store(name, over):

@@ -335,3 +335,12 @@ def test_every_sublayers_output_carries_the_branch_multiplier(p):
     f = (Attention(mcfg).apply({"params": bp["attn"]}, h, key, pos) if kind == 0
          else MLP(mcfg).apply({"params": bp["mlp"]}, h, key))
     np.testing.assert_allclose(np.asarray(taps["f"][s]), mult * np.asarray(f), rtol=2e-5, atol=1e-6, err_msg=str(s))
+
+
+def test_the_runtime_lays_out_a_parametrized_state():
+  """train.py's set-up (the state's shardings from its boxed init) takes the per-role optimizer chain: one Adam
+  state laid out like the params (test_trainer's integration test trains and resumes it)."""
+  from resnorm.step import runtime
+  setup = runtime.build(_cfg("hc", "completep", 64, 4))
+  mu = setup.abstract["opt_state"][1][1].mu  # (clip, (per-role eps, Adam, decay, lr, per-role lr))
+  assert jax.tree.structure(mu) == jax.tree.structure(setup.abstract["params"])

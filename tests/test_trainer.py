@@ -296,6 +296,7 @@ def test_figures_drawn_while_within_budget():
   assert tb_figures.should_draw(2.0, 0.5, 125.0) and not tb_figures.should_draw(2.0, 0.5, 124.0)
 
 
+@pytest.mark.integration
 def test_completep_trains_through_the_loop_and_resumes_exactly(tmp_path, text_corpus):
   """Under a parametrization (CompleteP at 2x the base width and depth: the per-role optimizer chain, its state
   in the checkpoint, the multipliers) the loop trains, and a run crashed after its step-3 checkpoint resumes to the
