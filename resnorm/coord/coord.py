@@ -88,10 +88,8 @@ def updates(cfg, old, new) -> dict:
   """Mean |coordinate| of the update of each role's params (every leaf of the role pooled)."""
   roles = residual.get(cfg.model.residual).roles
   sums, counts = {}, {}
-  for path, a in jax.tree_util.tree_flatten_with_path(old)[0]:
-    b = new
-    for p in path:
-      b = b[p.key]
+  paths = jax.tree_util.tree_flatten_with_path(old)[0]
+  for (path, a), b in zip(paths, jax.tree.leaves(new)):
     r = param.role(path, roles)
     sums[r] = sums.get(r, 0.0) + jnp.sum(jnp.abs(b - a))
     counts[r] = counts.get(r, 0) + a.size
