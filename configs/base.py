@@ -93,6 +93,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.denseformer = ml_collections.ConfigDict()
   m.denseformer.dilation = 1        # DenseFormer k: the DWA after block i reads the outputs X_j with j = i mod k
   m.denseformer.period = 1          # DenseFormer p: a DWA only after every p-th block
+  m.keel = ml_collections.ConfigDict()  # Keel (arXiv 2601.19895): x <- LN_1(alpha x + F(LN_2(x))) per sublayer
+  m.keel.alpha = 0.0                # skip weight (0: the paper's L, the number of sublayers = 2 x num_layers)
+  m.keel.first = "v2"               # first sublayers: v2 (first attention Pre-LN, first MLP alpha 1) | v1 (both
+                                    # Pre-LN) | none (every sublayer Keel's)
   m.ngpt = ml_collections.ConfigDict()
   m.ngpt.alpha_init = 0.05          # nGPT eigen learning rates alpha_A, alpha_M at init (stored at scale 1/sqrt(D))
   m.ngpt.s_qk_init = 1.0            # nGPT q/k scale s_qk at init

@@ -54,7 +54,7 @@ def pytest_collection_modifyitems(config, items):
 # The norm placements on one plain stream: their breadth tests (decoding, every param learning) run in
 # `make test-integration`; every variant with a state or a connection of its own, and Pre-Norm, in `make test`. Each
 # variant's first float64 reference case and its shape test stay in `make test`.
-PLAIN_STREAM = ("post_norm", "peri_norm", "deepnorm", "ln_scaling", "resi_dual", "hybrid_norm", "mix_ln")
+PLAIN_STREAM = ("post_norm", "peri_norm", "deepnorm", "keel", "ln_scaling", "resi_dual", "hybrid_norm", "mix_ln")
 
 
 def by_variant(names, also=()):

@@ -150,8 +150,8 @@ def _sigmoid(z):
 
 
 class _Ctx:
-  def __init__(self, f, nrm, res, l, cfg):
-    self.f, self.n, self.res, self.l, self.cfg = f, nrm, res, l, cfg
+  def __init__(self, f, nrm, res, l, cfg, sub=None):
+    self.f, self.n, self.res, self.l, self.cfg, self.sub = f, nrm, res, l, cfg, sub  # sub: 0-based sublayer index
 
   def norm(self, h, p):
     """A norm of the model's kind (`model.norm`) with the params p (the variant's own norms)."""
@@ -178,6 +178,22 @@ def deepnorm(x, c):
   Its beta is an init scale only, so it does not appear here."""
   alpha = (2.0 * c.cfg["num_layers"]) ** 0.25
   return c.n(alpha * x + c.f(x))
+
+
+def keel(x, c):
+  """Keel (VARIANTS.md, Keel; arXiv 2601.19895 v2 Eq. 16): x <- LN_1(alpha x + F(LN_2(x))), alpha = S = 2L sublayers
+  (or keel.alpha when > 0); LN_2 the sublayer's own norm, LN_1 `<kind>_res/out_norm`. First sublayers: v2 makes the
+  first attention x + F(LN_2(x)) and gives the first MLP alpha 1; v1 makes both x + F(LN_2(x))."""
+  kcfg = c.cfg["keel"]
+  alpha = float(kcfg["alpha"]) if float(kcfg["alpha"]) > 0 else 2.0 * c.cfg["num_layers"]
+  out_p = c.res["out_norm"]  # read for every sublayer: its param exists whether or not this one applies it
+  y = c.f(c.n(x))
+  pre_ln = {"v2": 1, "v1": 2, "none": 0}[kcfg["first"]]
+  if c.sub < pre_ln:
+    return x + y
+  if kcfg["first"] != "none" and c.sub < 2:
+    alpha = 1.0
+  return c.norm(alpha * x + y, out_p)
 
 
 def rezero(x, c):
@@ -292,6 +308,7 @@ VARIANTS = {
     "peri_norm": (peri_norm, lambda cfg: 0, True, True, None),
     "deepnorm": (deepnorm, lambda cfg: 0, False, True, None),
     "rezero": (rezero, lambda cfg: 0, False, False, None),
+    "keel": (keel, lambda cfg: 0, False, True, None),
     "ln_scaling": (ln_scaling, lambda cfg: 0, True, True, None),
     "mix_ln": (None, lambda cfg: 0, True, True, _mix_ln_segments),
     "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),
@@ -349,7 +366,7 @@ def forward(params, cfg, tokens):
     stack = p[seg]
     for i in range(length):
       lp = stack.layer(i, length)
-      for kind_name, f in (("attn", attention), ("mlp", mlp)):
+      for j, (kind_name, f) in enumerate((("attn", attention), ("mlp", mlp))):
         base = lp[kind_name]
         branch = lambda h, f=f, base=base: f(h, base, cfg)
         if block_norms:
@@ -358,7 +375,7 @@ def forward(params, cfg, tokens):
         else:
           nrm = None
         res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
-        state = fn(state, _Ctx(branch, nrm, res, offset + i + 1, cfg))
+        state = fn(state, _Ctx(branch, nrm, res, offset + i + 1, cfg, sub=2 * (offset + i) + j))
     offset += length
   assert offset == cfg["num_layers"]
   y = state.sum(axis=2) if n else state  # the n streams summed (HC Alg. 2, mHC): not their mean

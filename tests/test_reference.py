@@ -53,6 +53,10 @@ CASES = {
     "peri_norm": [("rope-ln", 2, {})],
     "deepnorm": [("rope-rms-3l", 3, {"model.norm": "rmsnorm"})],
     "rezero": [("learned", 2, {"model.pos": "learned"})],
+    # Keel: alpha = 2L = 6 with v2's first sublayers; v1's with a set alpha; every sublayer Keel's
+    "keel": [("v2-rms-3l", 3, {"model.norm": "rmsnorm"}),
+             ("v1-alpha3-ln", 2, {"model.keel.first": "v1", "model.keel.alpha": 3.0}),
+             ("none-learned", 2, {"model.keel.first": "none", "model.pos": "learned"})],
     "ln_scaling": [("rope-ln-3l", 3, {})],
     "mix_ln": [("rope-rms-1post-2pre", 3, {"model.norm": "rmsnorm", "model.mix_ln.post_fraction": 0.4})],
     "hc": [("dyn-n4-ln", 2, {"model.hc.n": 4}),
