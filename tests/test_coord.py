@@ -82,10 +82,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, bad, words):
 
 
 def test_the_pages_table_is_the_committed_checks():
-  """docs/transfer.md's table equals resnorm.coord.table over the committed JSON, in its order."""
+  """docs/transfer_checks.md's table (appended to docs/transfer.md by its builder) equals resnorm.coord.table over
+  the committed JSON, in its order."""
   order = [(r, p) for r in ("pre_norm", "post_norm", "hc", "attn_res_block") for p in ("standard", "mup", "completep")]
   results = [json.load(open(os.path.join(ROOT, "docs", "figures", "transfer", f"coord_{r}_{p}.json"))) for r, p in order]
-  page = open(os.path.join(ROOT, "docs", "transfer.md")).read()
+  page = open(os.path.join(ROOT, "docs", "transfer_checks.md")).read()
   start = page.index("<!-- coord table")
   block = page[page.index("\n", start) + 1: page.index("<!-- /coord table -->")]
   assert block.strip() == coord.table(results)

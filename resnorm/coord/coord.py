@@ -163,7 +163,7 @@ def log_stderr(msg: str) -> None:
 
 def table(results: list[dict]) -> str:
   """Markdown: per placement and parametrization, over each axis, the largest spread of an activation or of its
-  change since init at the last step (which quantity), and the stream's. The page's table (docs/transfer.md)."""
+  change since init at the last step (which quantity), and the stream's. The page's table (docs/transfer_checks.md)."""
   lines = ["| placement | param | over width: largest | stream | over depth: largest | stream |",
            "|---|---|---|---|---|---|"]
   for res in results:

@@ -65,8 +65,9 @@ def _rows(rows):
   return [{k: r[k] for k in DIAG_KEYS if r.get(k) is not None} for r in rows] if rows is not None else None
 
 
-def from_workdir(path: str, recipe, corpus: str, seed: int, fp: str) -> dict | None:
-  """The record of a finished run's workdir; None unless it completed or diverged."""
+def from_workdir(path: str, recipe, corpus: str, seed: int, fp: str, extra: dict | None = None) -> dict | None:
+  """The record of a finished run's workdir; None unless it completed or diverged. extra: fields a study adds (the
+  transfer study's design identity)."""
   s = wd.read_json(storage.join(path, "summary.json"), "run summary") if \
       storage.exists(storage.join(path, "summary.json")) else None
   if not s or s.get("status") not in ("completed", "diverged"):
@@ -84,7 +85,7 @@ def from_workdir(path: str, recipe, corpus: str, seed: int, fp: str) -> dict | N
          "provenance": {"git_commit": prov.get("git_commit"), "git_dirty": prov.get("git_dirty"),
                         "versions": {k: (prov.get("versions") or {}).get(k) for k in ("jax", "jaxlib")},
                         "devices": prov.get("devices"), "machine": machine()},
-         "fingerprint": fp}
+         "fingerprint": fp, **(extra or {})}
   rec["digest"] = _digest(rec)
   return rec
 
@@ -159,7 +160,7 @@ def check_fingerprints(fps: dict, accept: bool) -> None:
   print(f"reporting records of {len(fps)} code fingerprints together (--accept_fingerprints): {listed}", flush=True)
 
 
-def record_finished(root: str, records_dir: str, runs, fp: str) -> int:
+def record_finished(root: str, records_dir: str, runs, fp: str, extra: dict | None = None) -> int:
   """Writes the record of every run that finished under root and has none yet; returns how many. runs: (corpus,
   recipe, seed, run name) of every run of a grid (v4_runs(d) for report v4's)."""
   n = 0
@@ -167,7 +168,7 @@ def record_finished(root: str, records_dir: str, runs, fp: str) -> int:
     path = grid.record_path(records_dir, c, name)
     if os.path.exists(path):
       continue
-    rec = from_workdir(storage.join(root, name), r, c, s, fp)
+    rec = from_workdir(storage.join(root, name), r, c, s, fp, extra)
     if rec is not None:
       write(path, rec)
       n += 1
@@ -182,9 +183,9 @@ class Recorder:
   """While a grid runs: every `period` seconds, the records of the runs finished since (a stopped grid loses no
   finished run's record)."""
 
-  def __init__(self, root: str, records_dir: str, runs, fp: str, period: float = 30.0):
+  def __init__(self, root: str, records_dir: str, runs, fp: str, period: float = 30.0, extra: dict | None = None):
     import threading
-    self.args, self.period, self.written = (root, records_dir, runs, fp), period, 0
+    self.args, self.period, self.written = (root, records_dir, runs, fp, extra), period, 0
     self._stop = threading.Event()
     self._thread = threading.Thread(target=self._loop, daemon=True)
 

@@ -45,8 +45,10 @@ flags.DEFINE_string("records", None, "The run records' directory (one JSON per f
                     "they finish; the report reads them alone; points with a record are not run again). Default: "
                     f"{DEFAULT_RECORDS} for the full CPU design, none otherwise.")
 flags.DEFINE_bool("from_records", False, "Rebuild the report from the records alone: no run, no init diagnostics.")
-flags.DEFINE_enum("report", "v4", ["v4", "v5", "all"], "v4 (docs/results.md), v5 (docs/results_v5.md: the 2026 "
-                  "claims, compute multipliers) or all; default all for --from_records without --records, else v4.")
+flags.DEFINE_enum("report", "v4", ["v4", "v5", "transfer", "all"], "v4 (docs/results.md), v5 (docs/results_v5.md: "
+                  "the 2026 claims, compute multipliers), transfer (docs/transfer.md: the learning-rate transfer "
+                  "study) or all; default all for --from_records without --records, else v4.")
+flags.DEFINE_bool("page", True, "--report=transfer: build the page after the grid (--nopage: run and record only).")
 flags.DEFINE_bool("accept_fingerprints", False, "Report records of code with different fingerprints together "
                   "(they are listed); refused otherwise.")
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
@@ -312,12 +314,18 @@ def main(argv):
   check(FLAGS.jobs >= 1, f"--jobs={FLAGS.jobs} must be >= 1")
   # --records names v4's records unless --report=v5
   which = FLAGS.report if FLAGS["report"].present else "all" if FLAGS.from_records and not FLAGS.records else "v4"
+  from resnorm.results.transfer import run as transfer
+  with_transfer = which == "transfer" or (which == "all" and transfer.has_records())
   if which in ("v5", "all"):
     from resnorm.results import report_v5
     report_v5.preflight(FLAGS, own_records=which == "v5")  # v5's checks (the README's markers) before v4 writes
+  if with_transfer:
+    transfer.preflight(FLAGS)
   rc = main_v4() if which in ("v4", "all") else 0
   if which in ("v5", "all") and rc in (0, None):
     rc = report_v5.from_flags(FLAGS, own_records=which == "v5")
+  if with_transfer and rc in (0, None):
+    rc = transfer.from_flags(FLAGS)
   return rc
 
 

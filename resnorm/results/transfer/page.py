@@ -1,0 +1,240 @@
+"""docs/transfer.md, its figures and the README's transfer lines, from the transfer study's records alone
+(resnorm/results/transfer/study.py), then the hand-written coordinate checks and smoke sweep (docs/transfer_checks.md,
+appended as they are). Every record is checked before anything is written; the page is written whole.
+"""
+import datetime
+import math
+import os
+
+import numpy as np
+
+from resnorm.core.errors import check
+from resnorm.io import storage
+from resnorm.results.transfer import design as D
+from resnorm.results.transfer import grid, study
+
+FIG_DEPTH = "figures/transfer/transfer_depth.png"
+FIG_WIDTH = "figures/transfer/transfer_width.png"
+CHECKS = "transfer_checks.md"
+BEGIN = ("<!-- transfer findings: generated from the run records by `python -m resnorm.results --report=transfer` "
+         "(resnorm/results/transfer/page.py); edits between these markers are overwritten -->")
+END = "<!-- /transfer findings -->"
+
+
+def lr_of(k: float) -> str:
+  return f"{D.lr(k):.1e}" if np.isfinite(k) else "-"
+
+
+def iv(i, fmt="{:+.2f}") -> str:
+  return f"[{fmt.format(i[0])}, {fmt.format(i[1])}]" if all(np.isfinite(x) for x in i) else "-"
+
+
+def opt_cell(cs) -> str:
+  if not cs.complete:
+    return "pending"
+  o = cs.opt
+  flag = {"": "", "coarse": " (coarse)", "edge": " **edge**", "failed": " failed"}[o.flag]
+  return f"{o.k:+.2f} ({lr_of(o.k)}) {iv(cs.boot)}{flag}"
+
+
+def shift_rows(shifts, axis: str) -> list[str]:
+  top = "96 layers" if axis == "depth" else "the top width"
+  law = " | vs depth^-3/2 law (-9)" if axis == "depth" else ""
+  rows = [f"| placement | param | shift (sqrt(2) steps) | bootstrap 95% | t 95% | verdict | penalty at {top} "
+          f"(nats/byte) | effective speedup{law} |",
+          "|---|---|---|---|---|---|---|---|" + ("---|" if axis == "depth" else "")]
+  for s in (x for x in shifts if x.axis == axis):
+    sp = f"{s.speedup:.2f}x" if np.isfinite(s.speedup) else "n/a"
+    pen = f"{s.penalty_bound}{s.penalty:.4f}" if np.isfinite(s.penalty) else "-"
+    rows.append(f"| `{s.arm}` | `{s.param}` | {s.value:+.2f} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}** | {pen} | "
+                f"{sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
+  return rows
+
+
+def optima_rows(d, stats, axis: str) -> list[str]:
+  rungs = d["depths"] if axis == "depth" else d["widths"]
+  head = "layers" if axis == "depth" else "width"
+  rows = ["| placement | param | " + " | ".join(f"{r} {head}" for r in rungs) + " |",
+          "|---|---|" + "---|" * len(rungs)]
+  for arm, param, ax in study.axes(d):
+    if ax != axis:
+      continue
+    cells = [stats[grid.Cell(arm, param, r, d["width"]) if axis == "depth" else
+                   grid.Cell(arm, param, d["base_depth"], r)] for r in rungs]
+    rows.append(f"| `{arm}` | `{param}` | " + " | ".join(opt_cell(c) for c in cells) + " |")
+  return rows
+
+
+def power_rows() -> list[str]:
+  rows = ["| seeds | expected half-width of the hull | smallest shift called \"does not transfer\" at 80% |",
+          "|---|---|---|"]
+  for n in (2, 3, 4, 6, 8):
+    half, need = D.power(n)
+    rows.append(f"| {n}{' (the design)' if n == D.SEEDS else ''} | {half:.2f} | {need:.2f} |")
+  return rows
+
+
+def findings(d, shifts) -> list[str]:
+  """Sentences from the shifts table: per axis and parametrization, which placements transfer and which do not,
+  each with its hull; the rest counted as undecided, failed or pending."""
+  out = []
+  for axis in ("depth", "width"):
+    span = (f"{d['depths'][0]} to {d['depths'][-1]} layers" if axis == "depth"
+            else f"width {d['widths'][0]} to {d['widths'][-1]}")
+    for param in (d["depth_params"] if axis == "depth" else d["width_params"]):
+      rows = [s for s in shifts if s.axis == axis and s.param == param]
+      by = {v: [s for s in rows if s.verdict == v] for v in ("transfers", "does not transfer")}
+      rest = {v: sum(s.verdict == v for s in rows) for v in ("undecided", "failed (edge)", "pending")}
+      words = []
+      for v, ss in by.items():
+        if ss:
+          words.append(f"{v}: " + ", ".join(f"`{s.arm}` {s.value:+.1f} {iv(s.hull, '{:+.1f}')}" for s in ss))
+      words += [f"{n} {v}" for v, n in rest.items() if n]
+      out.append(f"- `{param}`, {span}: " + "; ".join(words) + ".")
+  return out
+
+
+def figure(d, stats, axis: str, path: str) -> None:
+  """Final eval loss against log2 lr, one line per rung (seed mean, each seed's points faint), a panel per
+  placement and parametrization."""
+  from resnorm.viz.plots import plt
+  panels = [(a, p) for a, p, ax in study.axes(d) if ax == axis]
+  rungs = d["depths"] if axis == "depth" else d["widths"]
+  cols = min(4, len(panels))
+  rows = math.ceil(len(panels) / cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
+  for ax, (arm, param) in zip(axes.flat, panels):
+    for i, r in enumerate(rungs):
+      cs = stats[grid.Cell(arm, param, r, d["width"]) if axis == "depth" else grid.Cell(arm, param, d["base_depth"], r)]
+      x = np.log2([D.lr(k) for k in cs.ks])
+      y = cs.losses
+      ax.plot(np.repeat(x, y.shape[1]), y.ravel(), ".", color=f"C{i}", alpha=0.3, ms=3)
+      m = np.nanmean(np.where(np.isfinite(y), y, np.nan), axis=1) if np.isfinite(y).any() else None
+      if m is not None:
+        ax.plot(x, m, "-o", color=f"C{i}", ms=3, lw=1, label=f"{r}")
+      if cs.complete and np.isfinite(cs.opt.k):
+        ax.axvline(math.log2(D.lr(cs.opt.k)), color=f"C{i}", lw=0.6, ls=":")
+    ax.set(title=f"{arm}, {param}", xlabel="log2 lr", ylabel="final eval loss")
+    lo = np.nanmin([np.nanmin(stats[c].losses) for c in stats if np.isfinite(stats[c].losses).any()] or [0])
+    ax.set_ylim(lo - 0.02, lo + 0.6)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend(fontsize=6, title="layers" if axis == "depth" else "width", title_fontsize=6)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=90)
+  plt.close(fig)
+
+
+def header(d, S, records_dir: str) -> list[str]:
+  from resnorm.io import provenance
+  recs = list(S.recs.values())
+  commits = sorted({(r["provenance"].get("git_commit") or "unknown")[:10] for r in recs})
+  diverged = sum(r["status"] == "diverged" for r in recs)
+  run_s = sum((r["timing"].get("finished_at") or 0) - (r["timing"].get("started_at") or 0) for r in recs)
+  where = os.path.relpath(records_dir, grid.rgrid.ROOT) if records_dir.startswith(grid.rgrid.ROOT + os.sep) \
+      else records_dir
+  here = provenance.git_state()
+  return [
+      "# Does the learning rate transfer? Each placement's optimal lr from 12 to 96 layers and over width", "",
+      f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
+      f"resnorm.results --report=transfer` (or `--from_records`) at commit `{(here['git_commit'] or 'unknown')[:10]}`.",
+      "",
+      f"From the run records in `{where}` (design `{D.__name__}` sha256 "
+      f"{', '.join(f'`{k}`' for k in sorted(map(str, S.designs)))}; code fingerprint "
+      f"{', '.join(f'`{k}`' for k in sorted(map(str, S.fingerprints)))}; runs at commit "
+      f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {S.total} finished ({diverged} diverged); "
+      f"{run_s / 3600:.2f} run-hours, start to finish, summed over the records. Every number below is read from "
+      "the records.", ""]
+
+
+def scale_lines(d) -> list[str]:
+  L0, L1 = d["depths"][0], d["depths"][-1]
+  n0 = 12 * d["width"] ** 2 * L0
+  n1 = 12 * d["width"] ** 2 * L1
+  tokens = d["steps"] * d["common"]["train.batch_size"] * d["common"]["data.seq_len"]
+  return [f"Scale: width {d['width']} (heads of {d['head_dim']}), {L0}-{L1} layers: {n0:,}-{n1:,} non-embedding "
+          f"params, each run {d['steps']} steps of {d['common']['train.batch_size']} x "
+          f"{d['common']['data.seq_len']} bytes ({tokens:,} tokens) on `{d['corpus']}`, {d['seeds']} seeds; the "
+          "papers tune at 10^8-10^10 params. An optimum here is the best lr for this short budget at this size; "
+          "whether it moves is the question, not its value."]
+
+
+def page(d, S, stats, shifts, records_dir) -> list[str]:
+  unfinished = [c for c, cs in stats.items() if not cs.complete]
+  return [*header(d, S, records_dir), *scale_lines(d), "",
+          "## The design", "",
+          f"Fixed in `resnorm/results/transfer/design.py` (status `{D.STATUS}`) before the first record: its "
+          "docstring gives the recipe, the grid and its growth, the statistics and the budget. The rules:", "",
+          *[f"- {k}: {v}." for k, v in D.RULES.items()], "",
+          f"Learning rates are in sqrt(2) steps k: lr = {D.LR_REF:g} x 2^(k/2). Effect of interest: {D.EFFECT:g} "
+          "step. Keel runs under `standard` only: " + "; ".join(D.REFUSED.values()) + ".", "",
+          "Power at the pilot's per-seed scatter of an optimum "
+          f"({D.PILOT_SD:.2f} steps):", "", *power_rows(), "",
+          "## Depth: the shift from 12 to 96 layers", "", *shift_rows(shifts, "depth"), "",
+          "Penalty: the 96-layer curve's loss at the 12-layer optimum minus its own best (a `>=` where the 12-layer "
+          "optimum lies beyond the 96-layer grid). Effective speedup: Pre-Norm's optimal-loss curve over depth "
+          "under the same parametrization, read at both losses (n/a where it does not fall with compute).", "",
+          "Optima per cell (sqrt(2) steps, lr, bootstrap 95%):", "", *optima_rows(d, stats, "depth"), "",
+          f"![final loss against lr per depth]({FIG_DEPTH})", "",
+          "## Width: the shift from the base width to 4x it, at 12 layers", "", *shift_rows(shifts, "width"), "",
+          *optima_rows(d, stats, "width"), "", f"![final loss against lr per width]({FIG_WIDTH})", "",
+          "## Findings", "", *findings(d, shifts), "",
+          (f"**Unfinished**: {len(unfinished)} cells without every record (rerun the same command: it runs only "
+           "what has none)." if unfinished else "All cells finished.")]
+
+
+def findings_block(text: str) -> tuple[int, int]:
+  i, j = text.find(BEGIN), text.find(END)
+  check(0 <= i < j, f"README.md has no transfer findings block between the markers {BEGIN[:24]}... and {END}: "
+        "restore them (git show HEAD:README.md) and rerun")
+  return i, j
+
+
+def readme_lines(d, shifts) -> list[str]:
+  """The README's two lines: depth and width, which placements transfer under which parametrization."""
+  out = []
+  for axis, what in (("depth", "12 -> 96 layers"), ("width", "width x4")):
+    parts = []
+    for v in ("transfers", "does not transfer"):
+      ss = [s for s in shifts if s.axis == axis and s.verdict == v]
+      if ss:
+        parts.append(f"{v}: " + ", ".join(f"{s.arm}/{s.param} {iv(s.hull, '{:+.1f}')}" for s in ss))
+    n = sum(s.axis == axis and s.verdict not in ("transfers", "does not transfer") for s in shifts)
+    out.append(f"- lr transfer, {what} (sqrt(2) steps, 95%): " + ("; ".join(parts) or "none decided") +
+               f"; {n} undecided or unfinished ([docs/transfer.md](docs/transfer.md)).")
+  return out
+
+
+def writes_readme(out: str, d) -> bool:
+  """The README's transfer lines are regenerated only from this checkout's docs/ at the full size."""
+  return grid.rgrid.is_docs(out) and d["size"] == "full"
+
+
+def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False) -> str:
+  """OUT/transfer.md, its figures, and (writes_readme) the README's lines, from the records alone: every record and
+  the README's markers are checked first, and nothing is written unless all pass."""
+  S = study.Study(d, records_dir)
+  study.check_records(S, accept_fingerprints)
+  readme = os.path.join(grid.rgrid.ROOT, "README.md") if writes_readme(out, d) else None
+  if readme:
+    findings_block(storage.read_text(readme))
+  stats = S.cells()
+  shifts = S.shifts(stats)
+  lines = page(d, S, stats, shifts, records_dir)
+  checks = os.path.join(out, CHECKS)
+  if os.path.exists(checks):
+    lines += ["", storage.read_text(checks).rstrip("\n")]
+  new_readme = None
+  if readme:
+    text = storage.read_text(readme)
+    i, j = findings_block(text)
+    new_readme = text[:i] + "\n".join([BEGIN, *readme_lines(d, shifts), ""]) + text[j:]
+  figure(d, stats, "depth", os.path.join(out, FIG_DEPTH))
+  figure(d, stats, "width", os.path.join(out, FIG_WIDTH))
+  path = os.path.join(out, "transfer.md")
+  storage.write_text(path, "\n".join(lines) + "\n")
+  if new_readme is not None:
+    storage.write_text(readme, new_readme)
+  return path

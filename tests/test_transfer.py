@@ -1,0 +1,257 @@
+"""The learning-rate transfer study (resnorm/results/transfer/): its statistics (fit.py) on curves whose answers are
+known; its grid (grid.py): names, configs, the base-shape cells shared, and the growth rule on synthetic records;
+its design (design.py): final, within its budget, every arm registered and every refusal the registry's; and the
+page (page.py) rebuilt from committed test-size records alone, the same twice but for the Generated line, a damaged
+record refused in one line; in the integration suite the test-size grid runs end to end."""
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from resnorm.config import configlib
+from resnorm.model import residual
+from resnorm.results import grid as rgrid
+from resnorm.results import records
+from resnorm.results.transfer import design as D
+from resnorm.results.transfer import fit, grid, study
+from test_cli import ENV, ROOT
+
+COMMITTED = os.path.join(ROOT, "tests", "data", "records_transfer_test")
+
+
+def _results(*args, size="test", timeout=900):
+  return subprocess.run([sys.executable, "-m", "resnorm.results", "--report=transfer", *args], cwd=ROOT,
+                        env={**ENV, rgrid.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
+
+
+# --- fit.py -------------------------------------------------------------------------------------------------------
+
+
+def test_the_optimum_is_the_quadratics_vertex_within_two_steps_of_the_best_point():
+  ks = list(range(-3, 4))
+  y = [0.1 * (k - 0.3) ** 2 + 2.0 for k in ks]
+  o = fit.optimum(ks, y)
+  assert o.flag == "" and o.k == pytest.approx(0.3) and o.loss == pytest.approx(2.0) and o.window == (-2.0, 2.0)
+  y[-1] = 100.0  # a point three steps from the best is outside the window: it cannot move the vertex
+  assert fit.optimum(ks, y).k == pytest.approx(0.3)
+
+
+def test_edge_coarse_and_diverged_points():
+  ks = [0, 1, 2, 3]
+  assert fit.optimum(ks, [1.0, 2, 3, 4]).flag == "edge"
+  assert fit.optimum(ks, [4.0, 3, 2, 1]).flag == "edge"
+  o = fit.optimum(ks, [3.0, 1.0, 2.0, 9.0], failed=[True, False, False, True])  # window: the best and one other
+  assert (o.flag, o.k) == ("coarse", 1.0)
+  o = fit.optimum([0, 1, 2, 3, 4], [3.0, 2.0, 1.0, 9.0, 1.5], failed=[False, False, False, True, False])
+  assert o.window == (0.0, 2.0)  # a diverged point ends the window: the point beyond it is not read
+  assert fit.optimum(ks, [2.0, 1.0, 1.0, 2.0]).k == pytest.approx(1.5)
+  assert fit.optimum(ks, [1.0, 2.0, 2.0, 1.0]).flag == "edge"
+  assert fit.optimum(ks, [5.0] * 4, failed=[True] * 4).flag == "failed"
+
+
+def test_loss_at_reads_the_quadratic_then_the_curve_then_a_bound():
+  ks = list(range(5))
+  y = [(k - 2.0) ** 2 + 1 for k in ks]
+  o = fit.optimum(ks, y)
+  assert fit.loss_at(o, ks, y, 2.5) == (pytest.approx(1.25), "")
+  assert fit.loss_at(o, ks, y, 6.0) == (5.0, ">=")
+
+
+def test_intervals_and_the_verdict():
+  lo, hi = fit.t_interval([1.0, 2.0, 3.0])
+  assert (lo + hi) / 2 == pytest.approx(2.0) and hi - lo == pytest.approx(2 * 4.302653 * 1 / math.sqrt(3), 1e-5)
+  assert np.isnan(fit.t_interval([1.0])[0])
+  vals = np.array([0.1, 0.2, 0.3, 0.4])
+  b = fit.bootstrap(lambda idx: vals[idx].mean(), 4)
+  assert 0.1 <= b[0] < 0.25 < b[1] <= 0.4
+  b = fit.bootstrap(lambda idx: math.nan if 0 in idx else 0.0, 4)  # undefined resamples widen both tails
+  assert b == (-math.inf, math.inf)
+  assert fit.hull((0, 1), (-1, 0.5)) == (-1, 1)
+  assert fit.verdict((-0.9, 0.8), 1.0) == "transfers"
+  assert fit.verdict((-5.0, -1.2), 1.0) == fit.verdict((1.1, 2), 1.0) == "does not transfer"
+  assert fit.verdict((-2.0, 0.5), 1.0) == fit.verdict((math.nan, 1), 1.0) == "undecided"
+
+
+def test_power_law_and_compute_for():
+  c = np.array([1e9, 2e9, 4e9])
+  f = fit.power_law(c, 3.0 * c ** -0.1)
+  assert f[1] == pytest.approx(0.1) and fit.compute_for(f, 3.0 * 2e9 ** -0.1) == pytest.approx(2e9)
+  assert np.isnan(fit.compute_for((1.0, -0.1), 2.0))
+
+
+# --- grid.py -------------------------------------------------------------------------------------------------------
+
+
+def test_every_run_is_named_once_and_its_config_is_the_designs():
+  d = grid.design("full")
+  pts = grid.points(d, None)
+  names = [grid.run_name(p, s) for p, s in pts]
+  assert len(names) == len(set(names))
+  run_cells = {grid.run_cell(d, c) for c in grid.cells(d)}
+  assert len(pts) == d["seeds"] * d["base_points"] * len(run_cells)
+  assert [s for _, s in pts] == sorted(s for _, s in pts)
+  for p, s in pts[:: max(1, len(pts) // 40)]:
+    cfg = rgrid.config({"scale": "cpu", "common": {}, "corpora": {d["corpus"]: {}}}, d["corpus"],
+                       grid.overrides(d, p, s))
+    configlib.validate(cfg)
+    m = cfg.model
+    assert (m.residual, m.param, m.num_layers, m.d_model, m.d_model // m.num_heads, m.mlp_dim) == \
+        (p.arm, p.param, p.layers, p.width, D.HEAD_DIM, 4 * p.width)
+    assert (m.param_base.num_layers, m.param_base.d_model) == (D.BASE_DEPTH, D.BASE_WIDTH)
+    assert (cfg.train.lr, cfg.train.steps, cfg.train.warmup_steps, cfg.seed) == (D.lr(p.k), D.STEPS, D.WARMUP, s)
+    assert (cfg.train.batch_size, cfg.data.seq_len, cfg.data.eval_bytes) == (D.BATCH, D.SEQ, D.EVAL_BYTES)
+
+
+def test_base_shape_cells_run_once_under_standard_and_are_read_by_every_parametrization():
+  d = grid.design("full")
+  for p in ("completep", "mup"):
+    c = grid.Cell("pre_norm", p, D.BASE_DEPTH, D.BASE_WIDTH)
+    assert grid.run_cell(d, c) == c._replace(param="standard")
+  c = grid.Cell("pre_norm", "completep", 96, D.WIDTH)
+  assert grid.run_cell(d, c) == c
+  assert not [c for c in grid.cells(d) if c.arm == "keel" and c.param == "completep"]
+
+
+def _records_from(d, tmp, losses):
+  """Minimal records (final loss only) for the growth rule, which reads nothing else."""
+  for (p, s), y in losses.items():
+    path = grid.record_path(str(tmp), d, p, s)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    json.dump({"status": "completed" if y is not None else "diverged", "final_eval_loss": y}, open(path, "w"))
+
+
+def test_a_cell_grows_past_its_edge_on_the_seeds_it_has_and_at_most_max_extend():
+  d = grid.design("test")
+  c = grid.Cell("pre_norm", "standard", d["depths"][-1], d["width"])
+  ks = grid.base_ks(d, c)
+  falling = lambda k: 3.0 - 0.1 * k  # best at the highest lr: grows upward
+  part = {(grid.Point(*c, k), 0): falling(k) for k in ks[:-1]}
+  assert grid.cell_ks(d, c, lambda p, s: part.get((p, s))) == ks  # no seed has every point: no growth yet
+  one = {(grid.Point(*c, k), 0): falling(k) for k in range(-20, 40)}
+  assert grid.cell_ks(d, c, lambda p, s: one.get((p, s))) == ks + list(range(ks[-1] + 1, ks[-1] + 1 + d["max_extend"]))
+  # the mean over the seeds that have every point: seed 1's curve outweighs seed 0's and the best point is inside
+  two = {**one, **{(grid.Point(*c, k), 1): 3.0 + 0.5 * abs(k - ks[1]) for k in range(-20, 40)}}
+  assert grid.cell_ks(d, c, lambda p, s: two.get((p, s))) == ks
+  rising = {(grid.Point(*c, k), s): 3.0 + 0.1 * k for k in range(-20, 40) for s in range(d["seeds"])}
+  assert grid.cell_ks(d, c, lambda p, s: rising.get((p, s)))[0] == ks[0] - d["max_extend"]
+  # a diverged run counts at FAIL_LOSS: a divergence at the top lr keeps the best point inside
+  bowl = {(grid.Point(*c, k), s): (D.FAIL_LOSS if k == ks[-1] else falling(k)) for k in ks for s in range(2)}
+  assert grid.cell_ks(d, c, lambda p, s: bowl.get((p, s))) == ks
+
+
+def test_points_with_a_record_are_left_out_and_growth_is_read_from_the_records(tmp_path):
+  d = grid.design("test")
+  pts = grid.points(d, None)
+  _records_from(d, tmp_path, {pts[0]: 3.0})
+  added = []
+  grid.add_points(lambda **kw: added.append(kw["name"]), d, str(tmp_path))
+  assert len(added) == sum(s == 0 for _, s in pts) - 1 and grid.run_name(*pts[0]) not in added
+  c = grid.Cell("pre_norm", "standard", d["depths"][0], d["width"])
+  _records_from(d, tmp_path, {(grid.Point(*c, k), s): 3.0 - 0.1 * k for k in grid.base_ks(d, c)
+                              for s in range(d["seeds"])})
+  grown = [p for p, _ in grid.points(d, str(tmp_path)) if (p.arm, p.param, p.layers, p.width) == c]
+  assert max(p.k for p in grown) == grid.base_ks(d, c)[-1] + 1
+
+
+# --- design.py ------------------------------------------------------------------------------------------------------
+
+
+def test_the_design_is_final_within_budget_and_names_real_arms_and_refusals():
+  assert D.STATUS == "final"
+  assert D.budget_s() <= D.ALLOWED_S * (1 - D.MARGIN) and D.ALLOWED_S <= 2.5 * D.BUDGET_S
+  for arm in set(D.DEPTH_ARMS) | set(D.WIDTH_ARMS):
+    assert arm in residual.REGISTRY and arm in D.STEP_MS
+  for arm in D.DEPTH_ARMS:
+    for p in D.DEPTH_PARAMS:
+      assert ((arm, p) in D.REFUSED) == (p in residual.get(arm).refuses), (arm, p)
+  assert len(set(D.DEPTH_ARMS) - {"keel"}) >= 8 and D.DEPTHS == (12, 24, 48, 96) and D.WIDTHS[-1] >= 4 * D.WIDTHS[0]
+  assert D.BASE_POINTS >= 6
+
+
+def test_the_power_table_widens_as_seeds_fall_and_centers_follow_the_pilot():
+  h3, n3 = D.power(3)
+  h6, n6 = D.power(6)
+  assert h3 > h6 > 0 and n3 > n6 > D.EFFECT
+  assert D.center("completep", 96, D.WIDTH) == D.center("standard", 12, D.WIDTH) == round(D.PILOT_K[12])
+  assert D.center("standard", 96, D.WIDTH) == round(D.PILOT_K[96])
+  assert study.law_shift(grid.design("full")) == pytest.approx(-9.0)
+
+
+# --- the page -------------------------------------------------------------------------------------------------------
+
+
+def _without_generated(text):
+  return [l for l in text.splitlines() if not l.startswith("Generated ")]
+
+
+def test_the_page_rebuilds_from_committed_records_alone_and_the_same_twice(tmp_path):
+  pages = []
+  for k in range(2):
+    out = tmp_path / f"out{k}"
+    r = _results("--from_records", f"--records={COMMITTED}", f"--out={out}")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (out / "figures" / "transfer" / "transfer_depth.png").stat().st_size > 5_000
+    pages.append((out / "transfer.md").read_text())
+  assert _without_generated(pages[0]) == _without_generated(pages[1])
+  assert "## Depth: the shift from 12 to 96 layers" in pages[0] and "| `pre_norm` | `completep` |" in pages[0]
+
+
+def test_the_tables_are_the_statistics_of_the_records(tmp_path):
+  d = grid.design("test")
+  S = study.Study(d, COMMITTED)
+  stats = S.cells()
+  shifts = S.shifts(stats)
+  for s in shifts:
+    assert s.value == pytest.approx(s.top.opt.k - s.base.opt.k)
+    if s.verdict not in ("pending", "failed (edge)"):
+      assert s.verdict == fit.verdict(fit.hull(s.boot, s.t), D.EFFECT)
+  cs = stats[grid.Cell("pre_norm", "completep", d["depths"][0], d["width"])]
+  assert np.array_equal(cs.losses, stats[grid.Cell("pre_norm", "standard", d["depths"][0], d["width"])].losses)
+  mean = cs.losses.mean(axis=1)
+  assert cs.opt == fit.optimum(cs.ks, mean, cs.failed.any(axis=1))
+
+
+def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
+  recs = tmp_path / "recs"
+  shutil.copytree(COMMITTED, recs)
+  path = next(p for p in sorted((recs / "pystdlib").iterdir()))
+  rec = json.loads(path.read_text())
+  rec["final_eval_loss"] = 1.0
+  path.write_text(json.dumps(rec))
+  r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}")
+  assert r.returncode == 2 and "edited or damaged" in r.stderr and "Traceback" not in r.stderr
+  assert not (tmp_path / "out" / "transfer.md").exists()
+
+
+def test_records_name_one_design(tmp_path):
+  recs = tmp_path / "recs"
+  shutil.copytree(COMMITTED, recs)
+  path = next(p for p in sorted((recs / "pystdlib").iterdir()))
+  rec = json.loads(path.read_text())
+  rec["design_sha256"] = "0" * 16
+  rec["digest"] = records._digest(rec)  # noqa: SLF001
+  path.write_text(json.dumps(rec))
+  r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}")
+  assert r.returncode == 2 and "2 designs" in r.stderr
+
+
+@pytest.mark.integration  # the test-size grid through resnorm.sweep: real runs, records, growth, the page
+def test_the_test_grid_runs_records_grows_and_reports(tmp_path):
+  r = _results(f"--root={tmp_path / 'runs'}", f"--records={tmp_path / 'recs'}", f"--out={tmp_path / 'out'}",
+               "--jobs=2", timeout=1800)
+  assert r.returncode == 0, r.stderr[-3000:]
+  d = grid.design("test")
+  S = study.Study(d, str(tmp_path / "recs"))
+  assert len(S.recs) == S.total and S.designs.keys() == {records_design_sha()}
+  assert all(rec["recipe"][1] in ("standard", "completep", "mup") for rec in S.recs.values())
+  assert (tmp_path / "out" / "transfer.md").exists()
+
+
+def records_design_sha():
+  from resnorm.results.transfer import run
+  return run.design_identity()["design_sha256"]
