@@ -76,7 +76,7 @@ def preflight(FLAGS) -> tuple:
   if FLAGS.from_records:
     records.check_present(recs)
   from resnorm.results.transfer import page
-  if page.writes_readme(out, d):
+  if (FLAGS.page or FLAGS.from_records) and page.writes_readme(out, d):
     page.findings_block(storage.read_text(os.path.join(ROOT, "README.md")))
   return d, recs, out
 
