@@ -112,6 +112,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.value_residual = ml_collections.ConfigDict()  # value residual learning (ResFormer, arXiv 2410.17897)
   m.value_residual.lambda_init = 0.5  # V_n <- lambda V_1 + (1 - lambda) V_n, per attention layer n >= 2
   m.value_residual.learned = True     # lambda learned per layer (modded-nanogpt) or fixed (ResFormer's 1/2)
+  m.kromhc = ml_collections.ConfigDict()  # KromHC (arXiv 2601.21579): mHC with H_res a Kronecker product of 2 x 2
+  m.kromhc.n = 4                    # expansion rate, a power of 2 (log2 n factors)
+  m.kromhc.alpha_init = 0.01        # init of the gates a_pre, a_post, a_res
+  m.kromhc.eps = 1e-20              # eps of the RMSNorm over the flattened streams
+  m.kromhc.res_logit = 8.0          # b_res = (0, -res_logit) per factor: identity weight sigmoid(8) = 0.99966
+  m.kromhc.pre_logit = 4.0          # b_pre: +pre_logit for stream k mod n, -pre_logit for the others
   m.mhc_lite = ml_collections.ConfigDict()
   m.mhc_lite.n = 4                  # mHC-lite expansion rate (H_res over the n! permutation matrices; 1..5)
   m.mhc_lite.alpha_init = 0.01      # init of the gates a_pre, a_post, a_res

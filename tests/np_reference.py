@@ -300,6 +300,28 @@ def _mix_ln_segments(cfg):
   return (("blocks_post", k, post_norm), ("blocks_pre", cfg["num_layers"] - k, pre_norm))
 
 
+
+def kromhc(x, c):
+  """KromHC (VARIANTS.md, KromHC; arXiv 2601.21579 and wz1119/KromHC): mHC's coefficients (mhc_coefficients) with
+  proj's last 2K columns the logits of K = log2(n) factors (factor-major, [keep | swap] each); p_k = softmax(a_res
+  z_k + b_res[k])[0]; H[i, j] = prod_k (p_k if bit k of i equals bit k of j else 1 - p_k), bit 0 the most significant
+  (factor 0 outermost in the Kronecker product); the authors' mix out_t = sum_s H[s, t] x_s."""
+  kc, r = c.cfg["kromhc"], c.res
+  b, t, n, d = x.shape
+  k = int(round(math.log2(n)))
+  proj, h_pre, h_post = mhc_coefficients(x, r, float(kc["eps"]))
+  z = (r["a_res"] * proj[..., 2 * n:]).reshape(b, t, k, 2) + r["b_res"]
+  p = 1.0 / (1.0 + np.exp(z[..., 1] - z[..., 0]))  # softmax over the pair, weight on the identity
+  h = np.ones((b, t, n, n))
+  for i in range(n):
+    for j in range(n):
+      for f in range(k):
+        bi, bj = (i >> (k - 1 - f)) & 1, (j >> (k - 1 - f)) & 1
+        h[:, :, i, j] *= p[..., f] if bi == bj else 1.0 - p[..., f]
+  mixed = np.einsum("btsu,btsd->btud", h, x)  # out_u = sum_s H[s, u] x_s
+  y = c.f(c.n(np.einsum("btn,btnd->btd", h_pre, x)))
+  return mixed + h_post[..., None] * y[:, :, None, :]
+
 # name -> (sublayer, number of streams (0: a [B, T, D] state), final norm, the sublayers use their own norm,
 # segments (None: one segment `blocks`))
 VARIANTS = {
@@ -313,6 +335,7 @@ VARIANTS = {
     "mix_ln": (None, lambda cfg: 0, True, True, _mix_ln_segments),
     "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),
     "mhc": (mhc, lambda cfg: cfg["mhc"]["n"], True, True, None),
+    "kromhc": (kromhc, lambda cfg: cfg["kromhc"]["n"], True, True, None),
     "frac_hc": (frac_hc, lambda cfg: 0, True, True, None),
 }
 # Placements whose state, hooks or head do not fit the table above: their whole forward pass is in

@@ -79,6 +79,11 @@ CASES = {
                                                             "model.final_norm": False,
                                                             "_shrink": ("embed", "pos_embed")}),
             ("n2-dyt", 2, {"model.mhc.n": 2, "model.norm": "dyt"})],
+    # KromHC: n 4 (two factors: their order and the bit order show), n 2 under RMSNorm, n 8 (three) without the final
+    # norm; b_res redrawn so the factors sit far from the identity
+    "kromhc": [("n4-ln", 2, {"model.kromhc.n": 4, "_redraw": {"b_res": 2.0}}),
+               ("n2-rms-learned", 2, {"model.kromhc.n": 2, "model.norm": "rmsnorm", "model.pos": "learned"}),
+               ("n8-nofinal", 2, {"model.kromhc.n": 8, "model.final_norm": False, "_redraw": {"b_res": 2.0}})],
     # the placements of tests/np_reference_placements.py; HybridNorm* exercises both of its segments
     "admin": [("rms-learned-3l", 3, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "resi_dual": [("rope-ln", 2, {})],
