@@ -109,6 +109,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.laurel.rw_scale = 2.0           # 2: alpha = beta = 1 at init (Pre-Norm); 1: the paper's bare softmax (1/2 each)
   m.laurel.rank = 16                # LR: rank r of x + B A x (0: off); A column orthogonal, B zero at init
   m.laurel.pa_k = 3                 # PA: k - 1 earlier sublayer inputs with learned gains, zero at init (1: off)
+  m.resid_lambdas = ml_collections.ConfigDict()  # the speedrun's residual scalars (nanochat, modded-nanogpt)
+  m.resid_lambdas.preset = "nanochat"  # nanochat | backout (modded-nanogpt 2025-10-04) | identity (Pre-Norm at init)
   m.value_residual = ml_collections.ConfigDict()  # value residual learning (ResFormer, arXiv 2410.17897)
   m.value_residual.lambda_init = 0.5  # V_n <- lambda V_1 + (1 - lambda) V_n, per attention layer n >= 2
   m.value_residual.learned = True     # lambda learned per layer (modded-nanogpt) or fixed (ResFormer's 1/2)

@@ -122,6 +122,20 @@ def value_residual(state, c):
   return x + y, seen["v"] if v1 is None else v1
 
 
+def resid_lambdas(state, c):
+  """The speedrun's scalars (nanochat gpt.py; modded-nanogpt's backout record) on Pre-Norm: before block l, x <-
+  lambda_r[l] x + lambda_0[l] x0; after the block whose 0-based index is the backout layer (L // 2, or round(2L / 3)
+  under the `backout` preset), x_b = x. state = (x, x0, x_b or None, blocks done)."""
+  x, x0, x_b, l = state
+  if c.kind == "attn":
+    x = c.res["lambda_r"] * x + c.res["lambda_0"] * x0
+    return x + c.f(c.n(x)), x0, x_b, l
+  x = x + c.f(c.n(x))
+  L = c.cfg["num_layers"]
+  b = round(2 * L / 3) if c.cfg["resid_lambdas"]["preset"] == "backout" else L // 2
+  return x, x0, (x if l == b else x_b), l + 1
+
+
 def gelu(x):
   """GELU, tanh approximation (Hendrycks & Gimpel 2016)."""
   return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
@@ -245,7 +259,7 @@ def _segments(name, cfg):
     return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
   fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
         "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res, "laurel": laurel,
-        "value_residual": value_residual, "mudd": mudd}[name]
+        "value_residual": value_residual, "mudd": mudd, "resid_lambdas": resid_lambdas}[name]
   return (("blocks", L, fn),)
 
 
@@ -268,6 +282,10 @@ def forward(params, cfg, tokens, hybrid_form=None):
     state = [x]
   elif name == "value_residual":
     state = (x, None)
+  elif name == "resid_lambdas":
+    if cfg["resid_lambdas"]["preset"] != "identity":           # nanochat's x = x0 = norm(x): no weight
+      x = x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps)
+    state = (x, x, None, 0)
   elif name == "mudd":
     state = ([x], None, mudd_unpack(p["dense"], cfg["num_layers"]) if cfg["num_layers"] > 1 else [])
   else:
@@ -303,12 +321,15 @@ def forward(params, cfg, tokens, hybrid_form=None):
     y = depth_attention(state[0], p["final_res"]["query"], eps)            # the head's own aggregation
   elif name in ("laurel", "value_residual"):
     y = state[0]
+  elif name == "resid_lambdas":
+    x_b = state[2] if state[2] is not None else np.zeros_like(state[0])
+    y = state[0] - p["backout"]["lambda_b"] * x_b                       # the backout
   elif name == "mudd":
     y = mudd_head(state[0], p["final_dense"], cfg)
   else:
     y = state.sum(axis=2) if name == "mhc_lite" else state
   if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block", "laurel",
-              "value_residual", "mudd") and cfg["final_norm"]:
+              "value_residual", "mudd", "resid_lambdas") and cfg["final_norm"]:
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
   if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry

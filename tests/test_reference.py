@@ -108,6 +108,11 @@ CASES = {
     # positions; its w2 (zero at init) gets the matrices' relative noise, so the dynamic weights are far from 0
     "mudd": [("ln-3l", 3, {}), ("rms-learned", 2, {"model.norm": "rmsnorm", "model.pos": "learned"})],
     "ngpt": [("rope", 2, {})],
+    # the speedrun scalars: nanochat's (backout after block 1 of 3, the embedding normalized), modded-nanogpt's
+    # backout (after block round(2L/3) = 2 of 3), identity (no embedding norm) under RMSNorm with learned positions
+    "resid_lambdas": [("nanochat-3l", 3, {}), ("backout-3l", 3, {"model.resid_lambdas.preset": "backout"}),
+                      ("identity-rms-learned", 2, {"model.resid_lambdas.preset": "identity", "model.norm": "rmsnorm",
+                                                   "model.pos": "learned"})],
     # b_res redrawn N(0, 3^2) (not added to the init's 0 / -8): the weight sits on a few permutations, most of them
     # not their own inverse, so mixing with H x instead of the authors' H^T x moves the logits far past tolerance.
     "mhc_lite": [("n4-learned-nofinal", 2, {"model.pos": "learned", "model.final_norm": False,

@@ -96,10 +96,10 @@ def test_mhc_identity_init_reads_one_stream_and_keeps_the_others():
   assert np.argmax(pre[1]) == 2 and pre[1, 2] > 0.95 and np.max(np.delete(pre[1], 2)) < 0.05
 
 
-@pytest.mark.parametrize("name", ["denseformer", "mhc_lite"])
+@pytest.mark.parametrize("name", ["denseformer", "mhc_lite", "kromhc"])
 def test_identity_inits_equal_pre_norm(name):
-  """DenseFormer's DWA weights start at the identity (Y_i = X_i); mHC-lite's start (phi = 0, b_post = 0) keeps the
-  streams identical, its H_res rows sum to 1 and the block norm absorbs H_pre x."""
+  """DenseFormer's DWA weights start at the identity (Y_i = X_i); mHC-lite's and KromHC's start (phi = 0, b_post =
+  0) keeps the streams identical, their H_res rows sum to 1 and the block norm absorbs H_pre x."""
   ref, _ = _logits(tiny_config("pre_norm", 3))
   out, _ = _logits(tiny_config(name, 3))
   np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
@@ -110,13 +110,32 @@ def test_identity_inits_equal_pre_norm(name):
     ("laurel", {"model.laurel.rw": False}),
     ("mudd", {}),                                                        # W2 = 0, a one-hot on the newest
     ("value_residual", {"model.value_residual.lambda_init": 0.0}),
-    ("value_residual", {"model.value_residual.lambda_init": 0.0, "model.value_residual.learned": False})])
+    ("value_residual", {"model.value_residual.lambda_init": 0.0, "model.value_residual.learned": False}),
+    ("resid_lambdas", {"model.resid_lambdas.preset": "identity"})])   # lambda_r 1, lambda_0 0, lambda_b 0
 def test_zero_gate_inits_equal_pre_norm(name, over):
-  """LAuReL (RW scaled to 1 + 1, or off), and a value residual with lambda = 0, start as Pre-Norm exactly (same base
-  weights)."""
+  """LAuReL (RW scaled to 1 + 1, or off), a value residual with lambda = 0 and the speedrun scalars' identity preset
+  start as Pre-Norm exactly (same base weights)."""
   ref, _ = _logits(tiny_config("pre_norm", 3))
   out, _ = _logits(tiny_config(name, 3, **over))
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_kromhc_h_res_is_the_kronecker_product_of_its_factors_and_doubly_stochastic():
+  from resnorm.model.residual.kromhc import kron_factors
+  p = jnp.asarray([[[0.9, 0.3, 0.6]]], jnp.float32)                  # [1, 1, 3]: n = 8
+  u = [np.array([[q, 1 - q], [1 - q, q]]) for q in (0.9, 0.3, 0.6)]
+  h = np.asarray(kron_factors(p))[0, 0]
+  np.testing.assert_allclose(h, np.kron(np.kron(u[0], u[1]), u[2]), rtol=1e-6)
+  np.testing.assert_allclose(h.sum(0), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(h.sum(1), 1.0, rtol=1e-6)
+  assert np.asarray(kron_factors(jnp.zeros((2, 3, 0)))).shape == (2, 3, 1, 1)
+
+
+def test_the_speedrun_scalars_nanochat_preset_differs_from_pre_norm_at_init():
+  """nanochat's init (lambda_r 1.15, lambda_0 0.2 at block 0, the embedding normalized) is not Pre-Norm."""
+  ref, _ = _logits(tiny_config("pre_norm", 3))
+  out, _ = _logits(tiny_config("resid_lambdas", 3))
+  assert float(jnp.max(jnp.abs(out - ref))) > 1e-2
 
 
 def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():

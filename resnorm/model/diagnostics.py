@@ -148,7 +148,8 @@ def tap_stats(taps) -> dict:
 def learned_weights(taps) -> dict:
   """[S] per-sublayer learned connection weights a variant taps (docs/diagnostics.md, "Learned weights"): LAuReL's
   RW weights (laurel_alpha, laurel_beta), its PA gains (pa_gain_j, the input j sublayers back) and the size of its
-  low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda; MUDDFormer's
+  low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda; the
+  speedrun scalars' lambda_r and lambda_0 (resid_lambda, x0_lambda, on each block's attention sublayer); MUDDFormer's
   entropy of each way's |A| normalized over its sources (dense_entropy_{q,k,v,r}, per token, averaged). NaN where a
   sublayer has none (reported as null)."""
   out = {}
@@ -158,8 +159,9 @@ def learned_weights(taps) -> dict:
     out.update({f"pa_gain_{j + 1}": taps["pa_gain"][:, j] for j in range(taps["pa_gain"].shape[1])})
   if "lr_ratio" in taps:
     out["lr_ratio"] = jnp.mean(taps["lr_ratio"].astype(jnp.float32), axis=(1, 2))
-  if "value_lambda" in taps:
-    out["value_lambda"] = taps["value_lambda"]
+  for key in ("value_lambda", "resid_lambda", "x0_lambda"):
+    if key in taps:
+      out[key] = taps[key]
   if "dense" in taps:  # MUDDFormer's per-token DA weights [S, B, T, 4, J], NaN where a sublayer has no DA
     a = jnp.abs(taps["dense"].astype(jnp.float32))
     p = a / jnp.maximum(jnp.sum(a, axis=-1, keepdims=True), 1e-12)

@@ -193,17 +193,16 @@ def findings_block(text: str) -> tuple[int, int]:
 
 
 def readme_lines(d, shifts) -> list[str]:
-  """The README's two lines: depth and width, which placements transfer under which parametrization."""
+  """The README's two lines: depth and width, which placements transfer under which parametrization, with hulls."""
   out = []
-  for axis, what in (("depth", "12 -> 96 layers"), ("width", "width x4")):
+  for axis, what in (("depth", "12 -> 96 layers"), ("width", f"width x{d['widths'][-1] // d['widths'][0]}")):
     parts = []
     for v in ("transfers", "does not transfer"):
       ss = [s for s in shifts if s.axis == axis and s.verdict == v]
       if ss:
         parts.append(f"{v}: " + ", ".join(f"{s.arm}/{s.param} {iv(s.hull, '{:+.1f}')}" for s in ss))
     n = sum(s.axis == axis and s.verdict not in ("transfers", "does not transfer") for s in shifts)
-    out.append(f"- lr transfer, {what} (sqrt(2) steps, 95%): " + ("; ".join(parts) or "none decided") +
-               f"; {n} undecided or unfinished ([docs/transfer.md](docs/transfer.md)).")
+    out.append(f"- {what}: " + "; ".join(parts + [f"{n} undecided, failed or pending"]) + ".")
   return out
 
 
