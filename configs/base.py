@@ -93,6 +93,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   m.denseformer = ml_collections.ConfigDict()
   m.denseformer.dilation = 1        # DenseFormer k: the DWA after block i reads the outputs X_j with j = i mod k
   m.denseformer.period = 1          # DenseFormer p: a DWA only after every p-th block
+  m.ddl = ml_collections.ConfigDict()   # Deep Delta Learning (arXiv 2601.00417): x <- x + beta k (v - k^T x)
+  m.ddl.v = "code"                  # code: v = 4 sigmoid(w_v . x + b_v) (the authors' code) | paper: v = w_v . N(x)
+  m.ddl.beta_init = 1.0             # the gate 2 sigmoid(.) at init (their config: 1; 0: closed)
   m.keel = ml_collections.ConfigDict()  # Keel (arXiv 2601.19895): x <- LN_1(alpha x + F(LN_2(x))) per sublayer
   m.keel.alpha = 0.0                # skip weight (0: the paper's L, the number of sublayers = 2 x num_layers)
   m.keel.first = "v2"               # first sublayers: v2 (first attention Pre-LN, first MLP alpha 1) | v1 (both

@@ -196,6 +196,19 @@ def keel(x, c):
   return c.norm(alpha * x + y, out_p)
 
 
+def ddl(x, c):
+  """Deep Delta Learning (VARIANTS.md, DDL; arXiv 2601.00417 Eq. 2.2, the authors' DDL-vdim1 code): c_ = N(x),
+  h = F(c_), k = h / sqrt(||h||^2 + 1e-10), beta = 2 sigmoid(w_beta . c_ + b_beta), v = 4 sigmoid(w_v . x + b_v)
+  (`code`) or w_v . c_ (`paper`); x <- x + beta k (v - k . x)."""
+  r = c.res
+  cn = c.n(x)
+  h = c.f(cn)
+  k = h / np.sqrt((h ** 2).sum(-1, keepdims=True) + 1e-10)
+  beta = 2.0 * _sigmoid(cn @ r["w_beta"] + r["b_beta"])
+  v = 4.0 * _sigmoid(x @ r["w_v"] + r["b_v"]) if c.cfg["ddl"]["v"] == "code" else cn @ r["w_v"]
+  return x + (beta * (v - (k * x).sum(-1)))[..., None] * k
+
+
 def rezero(x, c):
   """ReZero (VARIANTS.md 4): x <- x + a_l F(x), a_l a learned scalar per sublayer; no norm."""
   return x + c.res["alpha"] * c.f(x)
@@ -331,6 +344,7 @@ VARIANTS = {
     "deepnorm": (deepnorm, lambda cfg: 0, False, True, None),
     "rezero": (rezero, lambda cfg: 0, False, False, None),
     "keel": (keel, lambda cfg: 0, False, True, None),
+    "ddl": (ddl, lambda cfg: 0, True, True, None),
     "ln_scaling": (ln_scaling, lambda cfg: 0, True, True, None),
     "mix_ln": (None, lambda cfg: 0, True, True, _mix_ln_segments),
     "hc": (hc, lambda cfg: cfg["hc"]["n"], True, True, None),

@@ -53,6 +53,9 @@ CASES = {
     "peri_norm": [("rope-ln", 2, {})],
     "deepnorm": [("rope-rms-3l", 3, {"model.norm": "rmsnorm"})],
     "rezero": [("learned", 2, {"model.pos": "learned"})],
+    # DDL: the code's value (from the raw stream, with a bias) and the paper's (linear in the normed input)
+    "ddl": [("code-ln", 2, {}), ("paper-rms-learned", 2, {"model.ddl.v": "paper", "model.norm": "rmsnorm",
+                                                          "model.pos": "learned"})],
     # Keel: alpha = 2L = 6 with v2's first sublayers; v1's with a set alpha; every sublayer Keel's
     "keel": [("v2-rms-3l", 3, {"model.norm": "rmsnorm"}),
              ("v1-alpha3-ln", 2, {"model.keel.first": "v1", "model.keel.alpha": 3.0}),
@@ -129,7 +132,7 @@ PARAMS = [pytest.param(name, cid, id=f"{name}-{cid}", marks=pytest.mark.integrat
 # and biases, gates, static alpha / beta, b_pre, b_post) additive N(0, 0.3^2). `shrink`: leaves scaled by 1e-3;
 # `redraw` {name: std}: leaves replaced by N(0, std^2).
 WEIGHTS = {"embed", "pos_embed", "head", "q", "k", "v", "o", "wi", "wo", "phi", "w_alpha", "w_beta", "w1", "w2",
-           "down", "up"}
+           "down", "up", "w_v"}
 
 
 def _perturb(params, d_model, rng, shrink=(), redraw=None):

@@ -131,6 +131,18 @@ def test_kromhc_h_res_is_the_kronecker_product_of_its_factors_and_doubly_stochas
   assert np.asarray(kron_factors(jnp.zeros((2, 3, 0)))).shape == (2, 3, 1, 1)
 
 
+def test_ddl_with_its_gate_closed_is_its_embedding_through_the_final_norm():
+  """beta_init = 0 closes every gate (b_beta = -inf, beta = 0): no block moves the stream, so the logits are the
+  embedding through the final norm and the head; at the default gate (1) the blocks do move it."""
+  import np_reference as ref
+  mcfg, params, tokens, out = init_and_apply(tiny_config("ddl", 3, **{"model.ddl.beta_init": 0.0}))
+  final = {k: np.asarray(v, np.float64) for k, v in params["final_norm"].items()}
+  y = ref.norm(np.asarray(params["embed"], np.float64)[np.asarray(tokens)], final, mcfg.norm, mcfg.norm_eps)
+  np.testing.assert_allclose(out, y @ np.asarray(params["head"], np.float64), rtol=1e-4, atol=1e-5)
+  _, params1, _, out1 = init_and_apply(tiny_config("ddl", 3))
+  assert float(jnp.max(jnp.abs(out1 - out))) > 1e-2
+
+
 def test_the_speedrun_scalars_nanochat_preset_differs_from_pre_norm_at_init():
   """nanochat's init (lambda_r 1.15, lambda_0 0.2 at block 0, the embedding normalized) is not Pre-Norm."""
   ref, _ = _logits(tiny_config("pre_norm", 3))

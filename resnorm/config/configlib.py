@@ -37,7 +37,7 @@ ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
 # Sections added after runs were recorded: a stored config without one gets configs/base.py's (none of its runs
 # used the norm or the variant it configures).
-ADDED_SECTIONS = ("dyt", "frac_hc", "derf", "attn_res", "param_base", "keel", "kromhc", "resid_lambdas")
+ADDED_SECTIONS = ("dyt", "frac_hc", "derf", "attn_res", "param_base", "keel", "kromhc", "resid_lambdas", "ddl")
 # Sections of every model (not a variant's or a norm kind's): always compared.
 MODEL_SECTIONS = ("param_base",)
 # Sections that configure a norm kind rather than a variant: compared when the model uses that norm.

@@ -149,7 +149,8 @@ def learned_weights(taps) -> dict:
   """[S] per-sublayer learned connection weights a variant taps (docs/diagnostics.md, "Learned weights"): LAuReL's
   RW weights (laurel_alpha, laurel_beta), its PA gains (pa_gain_j, the input j sublayers back) and the size of its
   low-rank term against the stream (lr_ratio, token mean of ||B A x|| / ||x||); value residual's lambda; the
-  speedrun scalars' lambda_r and lambda_0 (resid_lambda, x0_lambda, on each block's attention sublayer); MUDDFormer's
+  speedrun scalars' lambda_r and lambda_0 (resid_lambda, x0_lambda, on each block's attention sublayer); DDL's
+  gate beta, its token mean (ddl_beta); MUDDFormer's
   entropy of each way's |A| normalized over its sources (dense_entropy_{q,k,v,r}, per token, averaged). NaN where a
   sublayer has none (reported as null)."""
   out = {}
@@ -159,7 +160,7 @@ def learned_weights(taps) -> dict:
     out.update({f"pa_gain_{j + 1}": taps["pa_gain"][:, j] for j in range(taps["pa_gain"].shape[1])})
   if "lr_ratio" in taps:
     out["lr_ratio"] = jnp.mean(taps["lr_ratio"].astype(jnp.float32), axis=(1, 2))
-  for key in ("value_lambda", "resid_lambda", "x0_lambda"):
+  for key in ("value_lambda", "resid_lambda", "x0_lambda", "ddl_beta"):
     if key in taps:
       out[key] = taps[key]
   if "dense" in taps:  # MUDDFormer's per-token DA weights [S, B, T, 4, J], NaN where a sublayer has no DA

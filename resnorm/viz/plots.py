@@ -86,7 +86,7 @@ def _draw_depth_entropy(ax, rows, title):
   ax.set(xlabel="sublayer l", ylabel="nats", title=title)
 
 
-LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_", "value_lambda", "resid_lambda", "x0_lambda")  # pa_gain_: every j
+LEARNED_KEYS = ("laurel_alpha", "laurel_beta", "lr_ratio", "pa_gain_", "value_lambda", "resid_lambda", "x0_lambda", "ddl_beta")  # pa_gain_: every j
 
 
 DENSE_KEYS = tuple(f"dense_entropy_{w}" for w in "qkvr")

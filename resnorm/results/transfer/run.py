@@ -1,7 +1,7 @@
 """The transfer study's runner: `python -m resnorm.results --report=transfer` runs every point of its grid without a
 record through resnorm.sweep (one train.py process per run), writing each finished run's record under
 results/transfer/ as it finishes, and runs again while the new records grow a cell's grid (design.RULES["growth"]);
-then builds docs/transfer.md from the records alone. `--from_records` only builds the page; `--nopage` only runs.
+then builds docs/transfer.md from the records alone. `--from_records` only builds the page; `--page=false` only runs.
 """
 import hashlib
 import os
