@@ -255,3 +255,40 @@ def test_the_test_grid_runs_records_grows_and_reports(tmp_path):
 def records_design_sha():
   from resnorm.results.transfer import run
   return run.design_identity()["design_sha256"]
+
+
+def test_the_repositorys_records_name_this_design():
+  """The design is fixed before the first record: every committed record names the design file's bytes as they are
+  (an edit to the design after the grid started fails here)."""
+  from resnorm.results.transfer import run
+  recs = os.path.join(ROOT, grid.DEFAULT_RECORDS, D.CORPUS)
+  names = sorted(os.listdir(recs)) if os.path.isdir(recs) else []
+  want = run.design_identity()
+  for n in names:
+    rec = json.load(open(os.path.join(recs, n)))
+    assert (rec["design"], rec["design_sha256"]) == (want["design"], want["design_sha256"]), n
+
+
+def test_the_findings_quote_the_tables_intervals():
+  """Each placement a finding says transfers or does not is that verdict in the shifts table, with its shift and
+  hull as the table has them; the counts of the rest add up."""
+  import re
+  from resnorm.results.transfer import page
+  d = grid.design("test")
+  S = study.Study(d, COMMITTED)
+  shifts = S.shifts(S.cells())
+  lines = page.findings(d, shifts)
+  assert len(lines) == len(d["depth_params"]) + len(d["width_params"])
+  for line, (axis, param) in zip(lines, [("depth", p) for p in d["depth_params"]] +
+                                 [("width", p) for p in d["width_params"]]):
+    rows = [s for s in shifts if s.axis == axis and s.param == param]
+    body = line.split(": ", 1)[1].rstrip(".")
+    for part in body.split("; "):
+      verdict, _, listed = part.partition(": ")
+      for arm, value, lo, hi in re.findall(r"`(\w+)` ([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]", listed):
+        s = next(r for r in rows if r.arm == arm)
+        assert s.verdict == verdict and f"{s.value:+.1f}" == value
+        assert (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi)
+    named = len(re.findall(r"`\w+` [-+]", line))
+    counted = sum(int(n) for n in re.findall(r"(\d+) (?:undecided|failed|pending)", line))
+    assert named + counted == len(rows), line

@@ -26,7 +26,8 @@ def lr_of(k: float) -> str:
 
 
 def iv(i, fmt="{:+.2f}") -> str:
-  return f"[{fmt.format(i[0])}, {fmt.format(i[1])}]" if all(np.isfinite(x) for x in i) else "-"
+  """[lo, hi]; an unbounded end (an undefined resample's least favourable tail) as -inf / +inf; "-" if undefined."""
+  return "-" if any(np.isnan(x) for x in i) else f"[{fmt.format(i[0])}, {fmt.format(i[1])}]"
 
 
 def opt_cell(cs) -> str:
