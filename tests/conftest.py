@@ -62,6 +62,16 @@ def by_variant(names, also=()):
   return [pytest.param(n, marks=pytest.mark.integration if n in PLAIN_STREAM or n in also else ()) for n in names]
 
 
+# A breadth test (one behaviour checked on every placement) keeps these in `make test`, one per kind of state (a plain
+# stream, n streams, the depth store, a carry beside the stream); the rest run in `make test-integration`.
+REPRESENTATIVE = ("pre_norm", "hc", "attn_res_block", "value_residual")
+
+
+def representative(names, keep=()):
+  """pytest params, one per name: REPRESENTATIVE and `keep` in `make test`, the others marked integration."""
+  return [pytest.param(n, marks=() if n in REPRESENTATIVE or n in keep else pytest.mark.integration) for n in names]
+
+
 def tiny_config(residual="pre_norm", num_layers=2, **over):
   """configs/tiny.py with a variant and a depth; `over` maps dotted keys to values, each a field of configs/base.py
   (a misspelt key fails here, not silently in a test that never validates the config)."""

@@ -117,7 +117,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
 
 
 MODULE_BAD = [
-    (["resnorm.results", "--report=v6"], "error: flag --report=v6: value should be one of <v4|v5|all>"),
+    (["resnorm.results", "--report=v6"], "error: flag --report=v6: value should be one of <v4|v5|transfer|all>"),
     (["resnorm.results", "--quick", "--out=docs"], "error: --out=docs: docs/ holds the full CPU design's report"),
     (["resnorm.sweep", "configs/sweeps/smoke.py", "--jobs=two"], "error: flag --jobs=two: invalid literal"),
     (["resnorm.bench", "--config=configs/missing.py"], "error: --config: cannot load config file configs/missing.py"),

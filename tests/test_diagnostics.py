@@ -185,6 +185,7 @@ def _train_tiny(name, steps=40, **over):
   return train(), cfg, mcfg, jax.tree.map(lambda a: a[0], batches)
 
 
+@pytest.mark.integration  # trains mHC for its streams to separate: ~25 s
 def test_mhc_streams_separate_in_training_at_the_default_init():
   """stream_spread: 0 at init (identical copies), grows under the identity-leaning default; the uniform (J/n) start
   stays collapsed (measured here: median 0.064 against 0.032 at 40 steps; hc reaches 0.32)."""

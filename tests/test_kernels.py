@@ -113,7 +113,8 @@ def test_auto_picks_xla_cpu_on_cpu():
   assert kernels.get("reference") is reference
 
 
-@pytest.mark.parametrize("name", ["hc", "mhc", "mudd"])
+@pytest.mark.parametrize("name", ["hc", pytest.param("mhc", marks=pytest.mark.integration),
+                                  pytest.param("mudd", marks=pytest.mark.integration)])
 def test_model_same_function_under_both_kernel_sets(name):
   cfg = tiny_config(name, 2, **{"model.kernels": "xla_cpu"})
   mcfg, params, tokens = init_params(cfg)

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import apply_fn, init_and_apply, init_params, tiny_config
+from conftest import apply_fn, init_and_apply, init_params, representative, tiny_config
 from resnorm.config import configlib
 from resnorm.model import residual
 from resnorm.model.model import LM
@@ -42,8 +42,8 @@ def _unstack(params, cfg):
   return out
 
 
-@pytest.mark.parametrize("name", ["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel", "value_residual",
-                                  "mudd"])
+@pytest.mark.parametrize("name", representative(["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel",
+                                                  "value_residual", "mudd"], keep=("mix_ln",)))
 def test_scan_equals_loop(name):
   cfg = tiny_config(name, 4)
   mcfg, params, tokens = _init(cfg)
@@ -121,26 +121,25 @@ def _params(cfg):
   return init_params(cfg)[1]
 
 
-def test_paired_init_base_weights_identical_across_variants():
-  base = _params(tiny_config("pre_norm", 4))
-  flat = flax.traverse_util.flatten_dict(base)
-  for name in VARIANTS:
-    params = _params(tiny_config(name, 4))
-    scales = residual.get(name).init_scales(configlib.model_config(tiny_config(name, 4)))
-    other = flax.traverse_util.flatten_dict(params)
-    stacked = {}
-    for k, v in other.items():  # Mix-LN's segments, concatenated, are the single stack
-      if k[0].startswith("blocks_"):
-        stacked.setdefault(("blocks",) + k[1:], []).append(v)
-      else:
-        stacked[k] = v
-    other = {k: (jnp.concatenate(v) if isinstance(v, list) else v) for k, v in stacked.items()}
-    for key in [k for k in flat if k[-1] in ("embed", "head", "q", "k", "v", "o", "wi", "wo")]:
-      scale = scales.get(key[-1], 1.0)
-      if scale == 1.0:
-        np.testing.assert_array_equal(other[key], flat[key], err_msg=f"{name} {key}")
-      else:  # the same draws, rescaled (DeepNorm's beta); the product rounds differently in the last ulp
-        np.testing.assert_allclose(other[key], flat[key] * scale, rtol=1e-6, err_msg=f"{name} {key}")
+@pytest.mark.parametrize("name", representative(VARIANTS, keep=("deepnorm", "mix_ln", "mhc")))
+def test_paired_init_base_weights_identical_across_variants(name):
+  flat = flax.traverse_util.flatten_dict(_params(tiny_config("pre_norm", 4)))
+  params = _params(tiny_config(name, 4))
+  scales = residual.get(name).init_scales(configlib.model_config(tiny_config(name, 4)))
+  other = flax.traverse_util.flatten_dict(params)
+  stacked = {}
+  for k, v in other.items():  # Mix-LN's segments, concatenated, are the single stack
+    if k[0].startswith("blocks_"):
+      stacked.setdefault(("blocks",) + k[1:], []).append(v)
+    else:
+      stacked[k] = v
+  other = {k: (jnp.concatenate(v) if isinstance(v, list) else v) for k, v in stacked.items()}
+  for key in [k for k in flat if k[-1] in ("embed", "head", "q", "k", "v", "o", "wi", "wo")]:
+    scale = scales.get(key[-1], 1.0)
+    if scale == 1.0:
+      np.testing.assert_array_equal(other[key], flat[key], err_msg=f"{name} {key}")
+    else:  # the same draws, rescaled (DeepNorm's beta); the product rounds differently in the last ulp
+      np.testing.assert_allclose(other[key], flat[key] * scale, rtol=1e-6, err_msg=f"{name} {key}")
 
 
 def test_unknown_residual_lists_known_names():

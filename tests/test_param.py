@@ -143,8 +143,9 @@ def _step_and_grads(c, state, seed=0):
 TRAIN = {"train.grad_clip": 0.0, "train.warmup_steps": 0, "train.schedule": "constant", "train.lr": 1e-3}
 
 
-@pytest.mark.parametrize("name, p", [slow("hc", "mup"), ("hc", "completep"), slow("hc", "depth_mup"),
-                                     slow("hc", "standard"), slow("attn_res", "mup"), slow("attn_res", "completep")])
+@pytest.mark.parametrize("name, p", [slow("hc", "mup"), slow("hc", "completep"), ("pre_norm", "completep"),
+                                     slow("hc", "depth_mup"), slow("hc", "standard"), slow("attn_res", "mup"),
+                                     slow("attn_res", "completep")])
 def test_first_adam_update_per_role_is_the_rules_lr_times_sign(name, p):
   """With eps ~ 0 and no decay, Adam's first update is -lr x sign(g): its size per coordinate is the role's lr."""
   for width, depth in SHAPES:
@@ -161,7 +162,8 @@ def test_first_adam_update_per_role_is_the_rules_lr_times_sign(name, p):
       seen.add(r)
       np.testing.assert_allclose(np.abs(new[k] - old[k])[live], 1e-3 * factors[r][0], rtol=2e-3,
                                  err_msg=f"{name} {p} {'/'.join(k)} ({r}) at d {width}, L {depth}")
-    assert seen >= {"hidden", "vector", "embed", "unembed"} | ({"readout", "final"} if name == "hc" else set())
+    assert seen >= {"hidden", "vector", "embed", "unembed"} | ({"readout", "final"} if name == "hc" else set()) | \
+        ({"final"} if name == "pre_norm" else set())
 
 
 @pytest.mark.parametrize("p", [slow("mup"), "completep"])

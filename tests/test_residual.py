@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import by_variant, init_and_apply, init_params, param_shapes, tiny_config
+from conftest import by_variant, init_and_apply, init_params, param_shapes, representative, tiny_config
 from resnorm.config import configlib
 from resnorm.model import flops, residual
 from resnorm.step import optim, step
@@ -299,10 +299,7 @@ def _batch(seed, b=4, t=16):
 # Admin's omegas, nGPT's scalers and ReZero's gates also get their gradients checked against finite differences in
 # test_reference.py's fast cases; their five-step runs are in `make test-integration`.
 # the depth-store placements' five-step runs compile the slowest; their store is tested in test_depth_store.py
-LEARN_ALSO = ("admin", "ngpt", "rezero", "mudd", "attn_res", "attn_res_block")
-
-
-@pytest.mark.parametrize("name", by_variant(VARIANTS, also=LEARN_ALSO))
+@pytest.mark.parametrize("name", representative(VARIANTS))
 def test_every_param_learns_and_five_steps_are_finite(name):
   cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)

@@ -292,3 +292,14 @@ def test_the_findings_quote_the_tables_intervals():
     named = len(re.findall(r"`\w+` [-+]", line))
     counted = sum(int(n) for n in re.findall(r"(\d+) (?:undecided|failed|pending)", line))
     assert named + counted == len(rows), line
+
+
+def test_the_committed_page_is_the_rebuild_from_the_repositorys_records(tmp_path):
+  """docs/transfer.md equals what `--from_records` builds from results/transfer/ (but for its Generated line): a
+  record committed without the page rebuilt, or a page edited by hand, fails here."""
+  if not os.path.isdir(os.path.join(ROOT, grid.DEFAULT_RECORDS)):
+    pytest.skip("no transfer records in this checkout")
+  r = _results("--from_records", f"--out={tmp_path}", size="full")
+  assert r.returncode == 0, r.stderr[-2000:]
+  want = open(os.path.join(ROOT, "docs", "transfer.md")).read()
+  assert _without_generated((tmp_path / "transfer.md").read_text()) == _without_generated(want)

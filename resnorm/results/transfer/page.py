@@ -110,9 +110,10 @@ def figure(d, stats, axis: str, path: str) -> None:
       x = np.log2([D.lr(k) for k in cs.ks])
       y = cs.losses
       ax.plot(np.repeat(x, y.shape[1]), y.ravel(), ".", color=f"C{i}", alpha=0.3, ms=3)
-      m = np.nanmean(np.where(np.isfinite(y), y, np.nan), axis=1) if np.isfinite(y).any() else None
-      if m is not None:
-        ax.plot(x, m, "-o", color=f"C{i}", ms=3, lw=1, label=f"{r}")
+      n = np.isfinite(y).sum(axis=1)  # the mean over the seeds a point has so far
+      if n.any():
+        mean = np.where(np.isfinite(y), y, 0.0).sum(axis=1) / np.maximum(n, 1)
+        ax.plot(x[n > 0], mean[n > 0], "-o", color=f"C{i}", ms=3, lw=1, label=f"{r}")
       if cs.complete and np.isfinite(cs.opt.k):
         ax.axvline(math.log2(D.lr(cs.opt.k)), color=f"C{i}", lw=0.6, ls=":")
     ax.set(title=f"{arm}, {param}", xlabel="log2 lr", ylabel="final eval loss")
