@@ -47,7 +47,8 @@ def shift_rows(shifts, axis: str) -> list[str]:
   for s in (x for x in shifts if x.axis == axis):
     sp = f"{s.speedup:.2f}x" if np.isfinite(s.speedup) else "n/a"
     pen = f"{s.penalty_bound}{s.penalty:.4f}" if np.isfinite(s.penalty) else "-"
-    rows.append(f"| `{s.arm}` | `{s.param}` | {s.value:+.2f} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}** | {pen} | "
+    value = f"{s.value:+.2f}" if np.isfinite(s.value) else "-"
+    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}** | {pen} | "
                 f"{sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
   return rows
 
