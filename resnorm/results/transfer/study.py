@@ -112,7 +112,8 @@ class Study:
     boot = fit.bootstrap(stat, n)
     t = fit.t_interval([b.k - a.k for a, b in zip(base.seed_opts, top.seed_opts)])
     hull = fit.hull(boot, t)
-    edge = "edge" in (base.opt.flag, top.opt.flag)
+    # every point diverged: the growth rule's best point is then its lowest edge (all tie at FAIL_LOSS)
+    edge = bool({"edge", "failed"} & {base.opt.flag, top.opt.flag})
     verdict = "failed (edge)" if edge else fit.verdict(hull, D.EFFECT)
     at_base, bound = fit.loss_at(top.opt, top.ks, top.losses.mean(axis=1), base.opt.k)
     penalty = at_base - top.opt.loss
