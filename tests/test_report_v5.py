@@ -115,6 +115,7 @@ def test_the_test_grid_runs_records_and_reports(tmp_path):
   assert r.returncode == 0 and (out / "results_v5.md").read_text().split("\n", 3)[3] == first
 
 
+@pytest.mark.integration  # both full reports from the repository's records (~25 s); the page at test size stays
 def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(tmp_path):
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--out={tmp_path}"], cwd=ROOT,
                      env=ENV, capture_output=True, text=True, timeout=600)

@@ -225,7 +225,7 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
   stats = S.cells()
   shifts = S.shifts(stats)
   lines = page(d, S, stats, shifts, records_dir)
-  checks = os.path.join(out, CHECKS)
+  checks = os.path.join(grid.rgrid.ROOT, "docs", CHECKS)  # the checkout's, wherever the page is written
   if os.path.exists(checks):
     lines += ["", storage.read_text(checks).rstrip("\n")]
   new_readme = None
