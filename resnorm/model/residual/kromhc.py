@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from resnorm.core.errors import check
 from resnorm.model.residual.base import Variant, register
-from resnorm.model.residual.mhc import ManifoldHyperConnection
+from resnorm.model.residual.mhc import ROLES, ManifoldHyperConnection, one_hot_pre
 
 
 def factors(n: int) -> int:
@@ -53,7 +53,7 @@ class KromHC(ManifoldHyperConnection):
     return (factors(n), 2)
 
   def _inits(self, mc, n: int, d: int, sub):
-    b_pre = lambda _rng, shape: mc.pre_logit * (2.0 * jax.nn.one_hot(sub % n, n, dtype=jnp.float32) - 1.0)
+    b_pre = one_hot_pre(mc, n, sub)
     b_res = lambda _rng, shape: jnp.tile(jnp.array([0.0, -mc.res_logit], jnp.float32), (shape[0], 1))
     return nn.initializers.zeros, b_pre, b_res
 
@@ -84,7 +84,6 @@ def _check(cfg):
 
 register(Variant(
     "kromhc", KromHC, streams=lambda cfg: cfg.kromhc.n, decay=("phi",), check=_check,
-    roles={"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
-           "a_post": "vector", "a_res": "vector"},
+    roles=ROLES,
     extra_params=lambda cfg: 2 * cfg.num_layers * params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * flops_per_sublayer(cfg)))

@@ -37,11 +37,21 @@ from resnorm.model.residual.base import Variant, register, stream_spread
 INITS = ("identity", "uniform")
 
 
+# The roles of the coefficient params, shared by every variant on this machinery (mHC-lite, KromHC).
+ROLES = {"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
+         "a_post": "vector", "a_res": "vector"}
+
+
+def one_hot_pre(mc, n: int, sub):
+  """b_pre's identity init: +pre_logit for stream `sub` mod n, -pre_logit for the others."""
+  return lambda _rng, shape: mc.pre_logit * (2.0 * jax.nn.one_hot(sub % n, n, dtype=jnp.float32) - 1.0)
+
+
 def _inits(mc, n: int, d: int, sub):
   """(phi, b_pre, b_res) initializers for `model.mhc.init`."""
   if mc.init == "uniform":
     return nn.initializers.normal((n * d) ** -0.5), nn.initializers.zeros, nn.initializers.zeros
-  b_pre = lambda _rng, shape: mc.pre_logit * (2.0 * jax.nn.one_hot(sub % n, n, dtype=jnp.float32) - 1.0)
+  b_pre = one_hot_pre(mc, n, sub)
   b_res = lambda _rng, shape: mc.res_logit * jnp.eye(n, dtype=jnp.float32)
   return nn.initializers.zeros, b_pre, b_res
 
@@ -111,7 +121,6 @@ def _check_mhc(cfg):
 
 register(Variant(
     "mhc", ManifoldHyperConnection, streams=lambda cfg: cfg.mhc.n, decay=("phi",),
-    roles={"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
-           "a_post": "vector", "a_res": "vector"},
+    roles=ROLES,
     extra_params=lambda cfg: 2 * cfg.num_layers * mhc_params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * mhc_flops_per_sublayer(cfg), check=_check_mhc))

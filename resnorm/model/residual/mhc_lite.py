@@ -32,7 +32,7 @@ import numpy as np
 
 from resnorm.core.errors import check
 from resnorm.model.residual.base import Variant, register
-from resnorm.model.residual.mhc import ManifoldHyperConnection
+from resnorm.model.residual.mhc import ROLES, ManifoldHyperConnection, one_hot_pre
 
 
 def permutation_matrices(n: int) -> np.ndarray:
@@ -47,7 +47,7 @@ class MHCLite(ManifoldHyperConnection):
     return (math.factorial(n),)
 
   def _inits(self, mc, n: int, d: int, sub):
-    b_pre = lambda _rng, shape: mc.pre_logit * (2.0 * jax.nn.one_hot(sub % n, n, dtype=jnp.float32) - 1.0)
+    b_pre = one_hot_pre(mc, n, sub)
     b_res = lambda _rng, shape: -mc.res_logit * (1.0 - jax.nn.one_hot(0, shape[0], dtype=jnp.float32))
     return nn.initializers.zeros, b_pre, b_res
 
@@ -82,7 +82,6 @@ def _check(cfg):
 
 register(Variant(
     "mhc_lite", MHCLite, streams=lambda cfg: cfg.mhc_lite.n, decay=("phi",), check=_check,
-    roles={"phi": "readout", "b_pre": "vector", "b_post": "vector", "b_res": "vector", "a_pre": "vector",
-           "a_post": "vector", "a_res": "vector"},
+    roles=ROLES,
     extra_params=lambda cfg: 2 * cfg.num_layers * params_per_sublayer(cfg),
     extra_flops=lambda cfg: 2 * cfg.num_layers * flops_per_sublayer(cfg)))
