@@ -106,6 +106,8 @@ def main_eval(argv) -> int:
   flags.DEFINE_integer("eval_batches", None, "Validation batches (default: the config's data.eval_batches).")
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
+  flags.DEFINE_string("paired", None, "--sweep: every arm against this one, paired by condition and seed "
+                      "(runs named ARM-COND-sSEED): writes OUT/paired.md.")
   flags.DEFINE_string("generate", None, "Sample continuations of this prompt from --workdir's checkpoint.")
   flags.DEFINE_integer("max_new_tokens", 32, "--generate: tokens to sample per continuation.")
   flags.DEFINE_float("temperature", 0.0, "--generate: softmax temperature (0: greedy, deterministic).")
@@ -118,8 +120,10 @@ def main_eval(argv) -> int:
     if not FLAGS.outdir:
       raise InputError("--sweep needs --outdir")
     from resnorm.results import sweep_report
-    sweep_report.report(FLAGS.sweep, FLAGS.outdir)
+    sweep_report.report(FLAGS.sweep, FLAGS.outdir, FLAGS.paired)
     return 0
+  if FLAGS.paired:
+    raise InputError("--paired needs --sweep")
   from resnorm.evaluation import evaluate
   if FLAGS.init:
     if not FLAGS.outdir:

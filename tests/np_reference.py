@@ -355,7 +355,7 @@ VARIANTS = {
 # Placements whose state, hooks or head do not fit the table above: their whole forward pass is in
 # tests/np_reference_placements.py (built on the layers here).
 PLACEMENTS = ("admin", "resi_dual", "hybrid_norm", "denseformer", "ngpt", "mhc_lite", "attn_res", "attn_res_block",
-              "laurel", "value_residual", "mudd", "resid_lambdas")
+              "delta_attn_res", "delta_attn_res_block", "laurel", "value_residual", "mudd", "resid_lambdas")
 VARIANTS.update(dict.fromkeys(PLACEMENTS))
 NAMES = frozenset(VARIANTS) | frozenset(ALIASES)
 

@@ -1,6 +1,7 @@
 """The float64 NumPy reference (tests/np_reference.py, whose layers, param view and conventions it uses) for the
 placements whose state, hooks or head do not fit its per-sublayer table: admin, resi_dual, hybrid_norm,
-denseformer, ngpt, mhc_lite, attn_res (Full and Block), laurel, value_residual, mudd, written from the equations in their docstrings and docs/variants.md sections 3-4.
+denseformer, ngpt, mhc_lite, attn_res and delta_attn_res (Full and Block), laurel, value_residual, mudd, written
+from the equations in their docstrings and docs/variants.md sections 3-4.
 Like np_reference it imports nothing from resnorm. `np_reference.forward` hands these names to `forward` here;
 `admin_profile` is Admin's profiling pass.
 """
@@ -82,6 +83,21 @@ def attn_res(state, c):
   partial = f if partial is None else partial + f
   done += 1
   return (blocks + [partial], None, done) if done % per == 0 else (blocks, partial, done)
+
+
+def delta_attn_res(state, c):
+  """Delta AttnRes (arXiv 2605.18855), one sublayer: state = (completed summaries [b_0 = embedding, b_1, ...], the
+  current block's partial sum or None, sublayers done, the stream x). h = x + the depth attention over the completed
+  summaries (none before the first sublayer); the output joins the stream and the partial sum (Full: per = 1)."""
+  blocks, partial, done, x = state
+  L = c.cfg["num_layers"]
+  per = 1 if c.cfg["residual"] == "delta_attn_res" else 2 * L // c.cfg["attn_res"]["num_blocks"]
+  h = x if done == 0 else x + depth_attention(blocks, attn_res_query(c), float(c.cfg["norm_eps"]))
+  f = c.f(c.n(h))
+  partial = f if partial is None else partial + f
+  done += 1
+  blocks, partial = (blocks + [partial], None) if done % per == 0 else (blocks, partial)
+  return blocks, partial, done, x + f
 
 
 def laurel(hist, c):
@@ -253,12 +269,16 @@ def _qkv_hook(name, base, cfg, hybrid_form=None):
   return {"hybrid_norm": hybrid_hook, "ngpt": ngpt_hook}.get(name)
 
 
+DELTA = ("delta_attn_res", "delta_attn_res_block")
+
+
 def _segments(name, cfg):
   L = cfg["num_layers"]
   if name == "hybrid_norm" and cfg["hybrid_norm"]["first_pre_norm"]:
     return (("blocks_first", 1, pre), ("blocks", L - 1, hybrid))
   fn = {"admin": admin, "resi_dual": resi_dual, "hybrid_norm": hybrid, "denseformer": pre, "ngpt": ngpt,
         "mhc_lite": mhc_lite, "attn_res": attn_res, "attn_res_block": attn_res, "laurel": laurel,
+        "delta_attn_res": delta_attn_res, "delta_attn_res_block": delta_attn_res,
         "value_residual": value_residual, "mudd": mudd, "resid_lambdas": resid_lambdas}[name]
   return (("blocks", L, fn),)
 
@@ -278,6 +298,8 @@ def forward(params, cfg, tokens, hybrid_form=None):
     state = np.repeat(x[:, :, None], cfg["mhc_lite"]["n"], axis=2)
   elif name in ("attn_res", "attn_res_block"):
     state = ([x], None, 0)
+  elif name in DELTA:
+    state = ([x], None, 0, x)
   elif name == "laurel":
     state = [x]
   elif name == "value_residual":
@@ -307,7 +329,7 @@ def forward(params, cfg, tokens, hybrid_form=None):
         own = f"{kind_name}_norm"
         nrm = (lambda h, q=lp[own]: norm(h, q, kind, eps)) if own in lp else None
         res = lp[f"{kind_name}_res"] if f"{kind_name}_res" in lp else None
-        if name in ("attn_res", "attn_res_block"):
+        if name in ("attn_res", "attn_res_block") + DELTA:
           res = lp["attn_res"]                                 # both sublayers' pseudo-queries
         state = fn(state, _Ctx(f, nrm, res, cfg, kind_name, base))
       if name == "denseformer":
@@ -321,6 +343,9 @@ def forward(params, cfg, tokens, hybrid_form=None):
     y = depth_attention(state[0], p["final_res"]["query"], eps)            # the head's own aggregation
   elif name in ("laurel", "value_residual"):
     y = state[0]
+  elif name in DELTA:
+    assert state[1] is None and state[2] == 2 * cfg["num_layers"]
+    y = state[3]
   elif name == "resid_lambdas":
     x_b = state[2] if state[2] is not None else np.zeros_like(state[0])
     y = state[0] - p["backout"]["lambda_b"] * x_b                       # the backout
@@ -329,7 +354,7 @@ def forward(params, cfg, tokens, hybrid_form=None):
   else:
     y = state.sum(axis=2) if name == "mhc_lite" else state
   if name in ("hybrid_norm", "denseformer", "mhc_lite", "attn_res", "attn_res_block", "laurel",
-              "value_residual", "mudd", "resid_lambdas") and cfg["final_norm"]:
+              "value_residual", "mudd", "resid_lambdas") + DELTA and cfg["final_norm"]:
     y = norm(y, p["final_norm"], kind, eps)
   logits = y @ p["embed"].T if cfg["tie_embed"] else y @ p["head"]
   if name == "ngpt":  # s_z = param sqrt(D) s_z_init per vocabulary entry

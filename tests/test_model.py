@@ -43,7 +43,8 @@ def _unstack(params, cfg):
 
 
 @pytest.mark.parametrize("name", representative(["pre_norm", "mix_ln", "hc", "mhc", "attn_res_block", "laurel",
-                                                  "value_residual", "mudd"], keep=("mix_ln",)))
+                                                  "value_residual", "mudd", "keel", "ddl", "kromhc", "resid_lambdas",
+                                                  "delta_attn_res", "delta_attn_res_block"], keep=("mix_ln",)))
 def test_scan_equals_loop(name):
   cfg = tiny_config(name, 4)
   mcfg, params, tokens = _init(cfg)
@@ -64,7 +65,11 @@ def _first_segment(cfg):
 
 @pytest.mark.parametrize("name,policy", [("hc", "full"), ("hc", "dots"), pytest.param("attn_res", "full", marks=pytest.mark.integration),
                                          ("laurel", "full"), ("value_residual", "dots"),
-                                         pytest.param("mudd", "full", marks=pytest.mark.integration)])
+                                         pytest.param("mudd", "full", marks=pytest.mark.integration),
+                                         *[pytest.param(n, p, marks=pytest.mark.integration) for n, p in (
+                                             ("keel", "full"), ("ddl", "dots"), ("kromhc", "full"),
+                                             ("resid_lambdas", "dots"), ("delta_attn_res", "full"),
+                                             ("delta_attn_res_block", "dots"))]])
 def test_remat_equals_no_remat(name, policy):
   cfg = tiny_config(name, 3, **{"model.remat": "none"})
   mcfg, params, tokens = _init(cfg)

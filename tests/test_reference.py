@@ -99,6 +99,13 @@ CASES = {
     "attn_res_block": [("n3-3l", 3, {"model.attn_res.num_blocks": 3}),
                        ("n2-rms-learned", 2, {"model.attn_res.num_blocks": 2, "model.norm": "rmsnorm",
                                               "model.pos": "learned"})],
+    # Delta AttnRes: Full over 6 sublayers, and under DyT (no norm cancels a scale of h); Block with N = 2 of 3
+    # sublayers (the MLP of layer 1 starts block 2, so it reads the block attention completed) and N = 3 of 2 under
+    # RMSNorm (each block's attention reads the block before)
+    "delta_attn_res": [("full-3l", 3, {}), ("full-dyt", 2, {"model.norm": "dyt"})],   # DyT sees h_0 = x_0 exactly
+    "delta_attn_res_block": [("n2-3l", 3, {"model.attn_res.num_blocks": 2}),
+                             ("n3-rms-learned-3l", 3, {"model.attn_res.num_blocks": 3, "model.norm": "rmsnorm",
+                                                       "model.pos": "learned"})],
     # LAuReL: all three forms, PA reaching 2 sublayers back; RW off with rank 1 and no PA. Value residual: learned
     # lambdas over 3 layers (2 mixing layers), fixed 1/2 (ResFormer) under RMSNorm
     "laurel": [("rw-lr4-pa3-3l", 3, {}),
@@ -219,7 +226,8 @@ def test_logits_and_loss_match_reference(name, cid):
 # The gradient of a placement autodiff differentiates end to end follows from its forward (checked above for every
 # variant in `make test`); the ones with a backward of their own (the depth store's, the kernels' Sinkhorn and stream
 # mixing) keep their first case in `make test`, the others run in `make test-integration`.
-OWN_BACKWARD = ("pre_norm", "hc", "mhc", "attn_res", "attn_res_block", "mudd", "denseformer", "laurel")
+OWN_BACKWARD = ("pre_norm", "hc", "mhc", "attn_res", "attn_res_block", "delta_attn_res", "delta_attn_res_block",
+                "mudd", "denseformer", "laurel")
 GRAD_PARAMS = [pytest.param(*p.values, id=p.id, marks=p.marks or (() if p.values[0] in OWN_BACKWARD else
                                                                   pytest.mark.integration)) for p in PARAMS]
 

@@ -69,8 +69,9 @@ def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
 
 def test_attn_res_at_its_init_is_pre_norm_up_to_the_norms_eps():
   """Pseudo-queries 0: every sublayer reads the mean of its sources, Pre-Norm's sum over their count, which the
-  sublayer's norm and the final norm cancel up to eps (exact as eps -> 0). Full and Block; the same base weights."""
-  for name, over in (("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3})):
+  sublayer's norm and the final norm cancel up to eps (exact as eps -> 0). Full and Block; the same base weights.
+  Delta AttnRes adds that mean to the stream: x (s + 2) / (s + 1), cancelled the same way."""
+  for name, over in (("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3}), ("delta_attn_res", {})):
     tight = {"model.norm_eps": 1e-12, **over}
     ref, _ = _logits(tiny_config("pre_norm", 3, **{"model.norm_eps": 1e-12}))
     out, _ = _logits(tiny_config(name, 3, **tight))
@@ -79,27 +80,41 @@ def test_attn_res_at_its_init_is_pre_norm_up_to_the_norms_eps():
     assert 1e-6 < float(jnp.max(jnp.abs(loose - ref))) < 0.1 * float(jnp.max(jnp.abs(ref)))
 
 
-def test_attn_res_block_of_single_sublayers_is_full_attn_res():
-  """N = 2L blocks of one sublayer: Block AttnRes reads exactly Full AttnRes's sources (the partial sum never)."""
+def test_delta_block_at_its_init_is_not_pre_norm():
+  """Delta Block's read is the mean of the completed summaries, without the current block's partial sum: not a
+  rescaling of the stream, so it moves the function at init (Delta Full's, tested above, does not)."""
+  tight = {"model.norm_eps": 1e-12}
+  ref, _ = _logits(tiny_config("pre_norm", 3, **tight))
+  out, _ = _logits(tiny_config("delta_attn_res_block", 3, **tight, **{"model.attn_res.num_blocks": 3}))
+  assert float(jnp.max(jnp.abs(out - ref))) > 1e-2
+
+
+@pytest.mark.parametrize("full,block", [("attn_res", "attn_res_block"), ("delta_attn_res", "delta_attn_res_block")])
+def test_block_of_single_sublayers_is_full(full, block):
+  """N = 2L blocks of one sublayer: Block reads exactly Full's sources (the partial sum never); N = 2 does not."""
   rng = np.random.default_rng(0)
-  full_cfg = tiny_config("attn_res", 2)
+  full_cfg = tiny_config(full, 2)
   mcfg, params, tokens, _ = init_and_apply(full_cfg)
   params = jax.tree.map(lambda a: a + 0.3 * jnp.asarray(rng.standard_normal(a.shape), a.dtype), params)
   from conftest import apply_fn
-  block_mcfg = configlib.model_config(tiny_config("attn_res_block", 2, **{"model.attn_res.num_blocks": 4}))
+  block_mcfg = configlib.model_config(tiny_config(block, 2, **{"model.attn_res.num_blocks": 4}))
   np.testing.assert_allclose(apply_fn(block_mcfg)(params, tokens), apply_fn(mcfg)(params, tokens), rtol=1e-6,
                              atol=1e-6)
-  two = configlib.model_config(tiny_config("attn_res_block", 2, **{"model.attn_res.num_blocks": 2}))
+  two = configlib.model_config(tiny_config(block, 2, **{"model.attn_res.num_blocks": 2}))
   assert float(jnp.max(jnp.abs(apply_fn(two)(params, tokens) - apply_fn(mcfg)(params, tokens)))) > 1e-3
 
 
-def test_attn_res_depth_weights_at_init_are_uniform_over_the_sources_each_sublayer_reads():
+def test_depth_weights_at_init_are_uniform_over_the_sources_each_sublayer_reads():
   """Full: sublayer l reads the embedding and the l outputs before it, 1/(l+1) each (entropy log(l+1)); Block with
-  N = 2 over 6 sublayers (S = 3): slot 0, then block 1's partial sum from its 2nd sublayer, block 1 once done."""
+  N = 2 over 6 sublayers (S = 3): slot 0, then block 1's partial sum from its 2nd sublayer, block 1 once done. The
+  Delta forms the same, less the partial sums and sublayer 0's read."""
   for name, n, want_rows in (
       ("attn_res", 3, [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(6)]),
-      ("attn_res_block", 3, [[1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0], [1 / 3] * 3, [1 / 3] * 3])):
-    cfg = tiny_config(name, n, **({"model.attn_res.num_blocks": 2} if name == "attn_res_block" else {}))
+      ("attn_res_block", 3, [[1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0], [1 / 3] * 3, [1 / 3] * 3]),
+      # Delta: nothing read before sublayer 0; Block: only completed blocks (the MLP of layer 1 starts block 2)
+      ("delta_attn_res", 3, [[0.0] * 7] + [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(1, 6)]),
+      ("delta_attn_res_block", 3, [[0, 0, 0], [1, 0, 0], [1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0]])):
+    cfg = tiny_config(name, n, **({"model.attn_res.num_blocks": 2} if name.endswith("_block") else {}))
     _, params, tokens, _ = init_and_apply(cfg)
     out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
         params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})

@@ -54,6 +54,11 @@ def test_smoke_sweep_runs_skips_and_reports(tmp_path, text_corpus):
   assert rows[0]["max_gain"] and not rows[1]["max_gain"] and rows[1]["cos_last_quarter"]
   assert float(rows[1]["final_eval_loss"]) > 0
   assert (out / "sweep.md").exists() and (out / "sweep_loss.png").exists()
+  # --paired reads the runs' names before writing anything: the smoke runs are not named ARM-COND-sSEED
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--sweep={root}/smoke-*", "--paired=pre_norm",
+                      f"--outdir={tmp_path / 'paired'}"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+  assert r.returncode == 2 and "is not named ARM-COND-sSEED" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+  assert not (tmp_path / "paired").exists()
   # the per-run eval writes its JSON and figures
   r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--workdir={root}/smoke-hc", "--all_steps"],
                      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
@@ -67,6 +72,9 @@ def test_empty_glob_is_an_input_error(tmp_path):
   r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), f"--sweep={tmp_path}/none*",
                       f"--outdir={tmp_path}/o"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
   assert r.returncode == 2 and "matches no run directory" in r.stderr
+  r = subprocess.run([sys.executable, os.path.join(ROOT, "eval.py"), "--paired=pre_norm", f"--workdir={tmp_path}"],
+                     cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 2 and r.stderr.strip() == "error: --paired needs --sweep"
 
 
 @pytest.mark.parametrize("launcher", ["local", "slurm", "tpu"])

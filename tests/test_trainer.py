@@ -82,6 +82,27 @@ def _leaves(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
+# the 2026 placements (issue 69): each one's own state and params through a checkpoint (the run above is hc's)
+PLACEMENTS_2026 = ("keel", "ddl", "kromhc", "resid_lambdas", "delta_attn_res", "delta_attn_res_block")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", PLACEMENTS_2026)
+def test_the_2026_placements_resume_as_uninterrupted_and_refuse_another_placement(name, tmp_path, text_corpus):
+  cfg = text_config(text_corpus, name)
+  a, b = str(tmp_path / "a"), str(tmp_path / "b")
+  assert trainer.train(cfg, a) == 0 and trainer.train(cfg, b) == 0
+  shutil.rmtree(os.path.join(b, "checkpoints", "6"))
+  code, out, err = _train_captured(cfg, b)
+  assert code == 0 and "resumed from checkpoint step 3" in out, err
+  assert _metrics(a) == _metrics(b)
+  for x, y in zip(_leaves(_final_params(cfg, a, 6)), _leaves(_final_params(cfg, b, 6))):
+    np.testing.assert_array_equal(x, y)
+  with pytest.raises(InputError, match=re.escape(f"model.residual={name!r} but the config asks for "
+                                                 "model.residual='pre_norm'")):
+    trainer.train(text_config(text_corpus, "pre_norm"), b)
+
+
 def test_nonfinite_loss_is_divergence(tmp_path, text_corpus):
   cfg = text_config(text_corpus, **{"train.lr": 1e30, "train.grad_clip": 0.0, "train.warmup_steps": 0})
   out = str(tmp_path / "d")

@@ -4,6 +4,7 @@ import io
 
 from resnorm.io import storage, workdir as wd
 from resnorm.model import diagnostics
+from resnorm.results import paired
 from resnorm.viz import plots
 from resnorm.core.errors import InputError, check
 
@@ -49,10 +50,13 @@ def _fmt(v):
   return "" if v is None else str(v)
 
 
-def report(pattern: str, outdir: str) -> list[dict]:
+def report(pattern: str, outdir: str, paired_base: str | None = None) -> list[dict]:
+  """`paired_base`: also OUT/paired.md, every arm against that one (resnorm.results.paired), checked before any
+  file is written."""
   dirs = [d for d in storage.glob(pattern) if storage.isfile(storage.join(d, "config.json"))]
   check(dirs, f"--sweep={pattern!r} matches no run directory (a directory with config.json)")
   runs = [run_row(d) for d in dirs]
+  table = paired.paired([r for r, _, _ in runs], paired_base) if paired_base else None
   try:
     storage.makedirs(outdir)
   except OSError as e:
@@ -66,6 +70,8 @@ def report(pattern: str, outdir: str) -> list[dict]:
   md = ["| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS) + "\n"]
   md += ["| " + " | ".join(_fmt(r.get(c)) for c in COLUMNS) + " |\n" for r in rows]
   storage.write_text(storage.join(outdir, "sweep.md"), "".join(md))
+  if table is not None:
+    storage.write_text(storage.join(outdir, "paired.md"), paired.markdown(table, paired_base))
   plots.overlay([(r["run"], last, metrics) for r, last, metrics in runs], outdir)
   print(f"{len(rows)} runs -> {storage.join(outdir, 'sweep.md')}", flush=True)
   return rows

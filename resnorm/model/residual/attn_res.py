@@ -51,20 +51,29 @@ from resnorm.model.depth_store import Store, layer_widths, rms_logit
 from resnorm.model.residual.base import Variant, register
 
 
+# the placements whose blocks are single sublayers (N = 2L); the others read model.attn_res.num_blocks
+FULL = ("attn_res", "delta_attn_res")
+
+
 def num_blocks(cfg) -> int:
   """N: 2L for Full AttnRes (one sublayer per block), model.attn_res.num_blocks for Block AttnRes."""
-  return 2 * cfg.num_layers if cfg.residual == "attn_res" else cfg.attn_res.num_blocks
+  return 2 * cfg.num_layers if cfg.residual in FULL else cfg.attn_res.num_blocks
 
 
-def depth_stats(store: Store, w_CD, valid_S, eps):
+def depth_stats(store: Store, w_CD, valid_S, eps, with_sum=False):
   """Phase 1 (Sec. 3.2's two-phase computation), C pseudo-queries against the store's slots where `valid_S`, in one
   pass over the store for the logits (each key normalized once) and one for the sums: the softmax statistics
   m [C, B, T] (the largest logit, no gradient), e = exp(z - m) [C, S, B, T] (0 where not valid), l = sum_s e, and
-  the unnormalized sums o = sum_s e v_s [C, B, T, D] float32."""
+  the unnormalized sums o = sum_s e v_s [C, B, T, D] float32; `with_sum`: o has one more row, C, the plain sum of
+  the valid slots, in the same pass."""
   z_CSBT = jnp.where(valid_S[None, :, None, None], store.rms_logits(w_CD, eps), -jnp.inf)
   m_CBT = jax.lax.stop_gradient(jnp.max(z_CSBT, axis=1))
   e_CSBT = jnp.exp(z_CSBT - m_CBT[:, None])
-  return m_CBT, e_CSBT, jnp.sum(e_CSBT, axis=1), store.weighted(e_CSBT)
+  w_CSBT = e_CSBT
+  if with_sum:
+    ones_1SBT = jnp.broadcast_to(valid_S.astype(jnp.float32)[None, :, None, None], (1,) + e_CSBT.shape[1:])
+    w_CSBT = jnp.concatenate([e_CSBT, ones_1SBT])
+  return m_CBT, e_CSBT, jnp.sum(e_CSBT, axis=1), store.weighted(w_CSBT)
 
 
 def merge(stats, c, p_BTD, use, w_D, eps, partial_slot):
@@ -83,15 +92,15 @@ def merge(stats, c, p_BTD, use, w_D, eps, partial_slot):
   return h_BTD, a_BTS
 
 
-def _where(cfg, sub):
+def block_of(cfg, sub):
   per = 2 * cfg.num_layers // num_blocks(cfg)                     # S sublayers per block
   return sub // per, sub % per                                      # block n (0-based), i-th sublayer in it
 
 
-def _join(cfg, store: Store, sub, f_BTD) -> Store:
+def join(cfg, store: Store, sub, f_BTD) -> Store:
   """Sublayer `sub`'s output joins its block's partial sum (the block's first sublayer starts it), written to the
   block's slot."""
-  n, i = _where(cfg, sub)
+  n, i = block_of(cfg, sub)
   p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
   return store.with_x(p_BTD).write(n + 1, p_BTD)
 
@@ -106,12 +115,12 @@ class AttnResAttn(nn.Module):
   def __call__(self, store: Store, branch, norm, layer, sub):
     eps, dt = self.cfg.norm_eps, store.buf.dtype
     w_CD = self.param("query", nn.initializers.zeros, (2, store.buf.shape[-1]))   # attention's, the MLP's
-    n, i = _where(self.cfg, sub)
+    n, i = block_of(self.cfg, sub)
     stats = depth_stats(store, w_CD, jnp.arange(store.num_slots) <= n, eps)
     h, a_BTS = merge(stats, 0, store.x, i > 0, w_CD[0], eps, n + 1)
     h_BTD = h.astype(dt)
     f_BTD = branch(norm(h_BTD))
-    out = _join(self.cfg, store, sub, f_BTD).replace(pending=(stats, w_CD[1], n))
+    out = join(self.cfg, store, sub, f_BTD).replace(pending=(stats, w_CD[1], n))
     return out, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
 
 
@@ -127,7 +136,7 @@ class AttnResMLP(nn.Module):
     h, a_BTS = merge(stats, 1, store.x, True, w_D, self.cfg.norm_eps, n_attn + 1)
     h_BTD = h.astype(store.buf.dtype)
     f_BTD = branch(norm(h_BTD))
-    return _join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}   # flush drops `pending`
+    return join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}   # flush drops `pending`
 
 
 class FinalAttention(nn.Module):
@@ -141,12 +150,12 @@ class FinalAttention(nn.Module):
     return (o_CBTD[0] / l_CBT[0][..., None]).astype(store.buf.dtype)
 
 
-def _reach(cfg, l):
+def reach(cfg, l):
   """Layer l's MLP sublayer (2l + 1) writes its block's slot, the highest slot layers 0..l touch."""
-  return _where(cfg, 2 * l + 1)[0] + 2
+  return block_of(cfg, 2 * l + 1)[0] + 2
 
 
-def _start(cfg, x_BTD):
+def start(cfg, x_BTD):
   b, t, d = x_BTD.shape
   buf = jnp.concatenate([x_BTD[None], jnp.zeros((num_blocks(cfg), b, t, d), x_BTD.dtype)], axis=0)
   return Store(x=jnp.zeros_like(x_BTD), buf=buf, kernels=cfg.kernels)
@@ -166,11 +175,11 @@ def _flops(cfg) -> int:
   each); per sublayer phase 2 on one more source (its RMS and logit, 5 D; the merge, 4 D); the head's attention
   over all N + 1 slots (7 D per slot)."""
   d, slots = cfg.d_model, num_blocks(cfg) + 1
-  return 11 * sum(layer_widths(cfg, _reach)) * d + cfg.num_layers * 2 * 9 * d + 7 * slots * d
+  return 11 * sum(layer_widths(cfg, reach)) * d + cfg.num_layers * 2 * 9 * d + 7 * slots * d
 
 
-def _check(cfg):
-  if cfg.residual == "attn_res_block":
+def check_blocks(cfg):
+  if cfg.residual not in FULL:
     nb, subs = cfg.attn_res.num_blocks, 2 * cfg.num_layers
     check(isinstance(nb, int) and 1 <= nb <= subs and subs % nb == 0,
           f"model.attn_res.num_blocks={nb} must divide the {subs} sublayers of model.num_layers={cfg.num_layers} "
@@ -178,5 +187,6 @@ def _check(cfg):
 
 
 for _name in ("attn_res", "attn_res_block"):
-  register(Variant(_name, (AttnResAttn, AttnResMLP), start=_start, finish=_finish, extra_params=_params,
-                   roles={"query": "readout", "final_res/query": "final_readout"}, extra_flops=_flops, check=_check, section="attn_res", reach=_reach))
+  register(Variant(_name, (AttnResAttn, AttnResMLP), start=start, finish=_finish, extra_params=_params,
+                   roles={"query": "readout", "final_res/query": "final_readout"}, extra_flops=_flops,
+                   check=check_blocks, section="attn_res", reach=reach))
