@@ -48,6 +48,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                                     # its layers reach (1: every layer over the whole store); compile time grows with it
   m.remat = "dots"                  # none | full | dots | dots_no_batch | save_nothing (jax.checkpoint policies);
                                     # dots: keep matmul outputs, recompute the elementwise work (faster on CPU)
+  m.remat_group = 1                 # k > 1: the scan keeps the carry once per k layers, recomputing each group in
+                                    # the backward (placements whose state rides the carry; resnorm.model.group_scan)
   m.dyt = ml_collections.ConfigDict()
   m.dyt.alpha_attn = 1.0            # DyT alpha init, attention-side norms (and QKV norms); authors' LLaMA code default
   m.dyt.alpha_ffn = 1.0             # DyT alpha init, FFN-side and every other norm (their 7B recipe: 0.8 / 0.2 / 0.2)

@@ -22,6 +22,7 @@ BAD = [
     ("pre_norm", {"model.num_heads": 3}, "model.num_heads=3 must divide"),
     ("pre_norm", {"model.num_layers": 0}, "model.num_layers=0"),
     ("mudd", {"model.depth_chunks": 0}, "model.depth_chunks=0 must be an integer >= 1"),
+    ("hc", {"model.remat_group": 0}, "model.remat_group=0 must be an integer >= 1"),
     ("pre_norm", {"data.seq_len": 1}, "data.seq_len=1"),
     ("pre_norm", {"train.lr": 0.0}, "train.lr=0.0"),
     ("pre_norm", {"train.lr": -1e-3}, "train.lr=-0.001"),
@@ -166,6 +167,7 @@ ACCEPTED = [
     ("pre_norm", {"model.hc.n": 2, "model.mhc.n": 8, "model.mix_ln.post_fraction": 0.5}),  # other variants' keys
     ("hc", {"model.mhc.sinkhorn_iters": 3, "model.rezero.alpha_init": 1.0}),
     ("mhc", {"model.hc.n": 2}),
+    ("kromhc", {"model.remat_group": 4, "model.depth_chunks": 2}),
     ("pre_norm", {"train.lr": 0.5, "train.steps": 100, "data.seq_len": 32, "seed": 3}),  # not model fields
 ]
 

@@ -28,10 +28,10 @@ CHOICES = {
 }
 # Model fields that change neither the param tree nor the function (memory, speed, kernel forms): a checkpoint
 # resumes under any value of them. Every other model field must match. (`attention`: an older name of `kernels`.)
-RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention", "depth_chunks")
+RUNTIME_MODEL_FIELDS = ("dtype", "remat", "kernels", "attention", "depth_chunks", "remat_group")
 # Fields added after runs were recorded, with the value that reproduces what those runs computed.
 ADDED_MODEL_FIELDS = {"final_norm": True, "norm_stats_dtype": "float32", "kernels": "auto", "depth_chunks": 1,
-                      "param": "standard"}
+                      "param": "standard", "remat_group": 1}
 ADDED_TRAIN_FIELDS = {"grad_accum": 1, "diag_batch": 0}
 # The same for a variant's own settings (model.<section>.<key>), filled only where the stored config has the section.
 ADDED_VARIANT_FIELDS = {"hybrid_norm": {"qkv_norm": "all"}, "mhc_lite": {"mix": "direct"}}
@@ -94,6 +94,8 @@ def validate(cfg) -> None:
         f"model.pos='rope' needs an even head dim; d_model/num_heads = {m.d_model // m.num_heads}")
   check(isinstance(m.depth_chunks, int) and m.depth_chunks >= 1,
         f"model.depth_chunks={m.depth_chunks} must be an integer >= 1")
+  check(isinstance(m.remat_group, int) and m.remat_group >= 1,
+        f"model.remat_group={m.remat_group} must be an integer >= 1")
   check(m.mlp_dim >= 1, f"model.mlp_dim={m.mlp_dim} must be >= 1")
   check(m.vocab_size >= 258, f"model.vocab_size={m.vocab_size} must be >= 258 (256 bytes + BOS + PAD)")
   check(d.seq_len >= 2, f"data.seq_len={d.seq_len} must be >= 2")

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from resnorm.model import param, residual
 from resnorm.model.depth_store import Store, chunk_widths, layer_scan
+from resnorm.model.group_scan import group_scan
 from resnorm.model.layers import MLP, Attention, base_param, compute_dtype, embed_init, matrix_init
 from resnorm.model.norms import make_norm
 
@@ -126,6 +127,11 @@ class LM(nn.Module):
         widths = (chunk_widths(length, offset, partial(variant.reach, cfg), cfg.depth_chunks)
                   if variant.reach is not None and not self.collect else None)
         state, taps = layer_scan(body, self.variables["params"][name], state, layers, (key, pos_T), x_of, widths)
+      elif cfg.scan_layers and cfg.remat_group > 1 and not (self.is_initializing() or self.cache_len or self.collect):
+        # the carry kept once per group of layers, the groups recomputed in the backward (group_scan)
+        mod = block(cfg, sublayer, scales, self.collect, 0, parent=None)
+        body = lambda p, s, layer: mod.apply({"params": p}, s, layer, key, pos_T)
+        state, taps = group_scan(body, self.variables["params"][name], state, layers, cfg.remat_group)
       elif cfg.scan_layers:
         stack = nn.scan(block, variable_axes={"params": 0, "cache": 0}, split_rngs={"params": True},
                         in_axes=(0, nn.broadcast, nn.broadcast), length=length,
