@@ -68,3 +68,11 @@ def test_an_unknown_base_or_a_duplicate_run_is_refused():
     paired.paired(rows, "prenorm")
   with pytest.raises(InputError, match="two runs of arm 'keel'"):
     paired.paired(rows + [_row("keel-s0", 2.4)], "pre_norm")
+
+
+def test_the_figure_draws_conditions_that_lack_an_arm_and_pairs_without_an_interval(tmp_path):
+  from resnorm.viz import plots
+  rows = [_row(f"{a}-{c}-s{s}", 3.0 + 0.1 * s + (0.2 if a == "post_norm" else 0.0)) for c in ("12l", "48l")
+          for a in ("pre_norm", "post_norm") for s in range(3)] + [_row("keel-12l-s0", 2.9)]
+  path = plots.paired_figure(paired.paired(rows, "pre_norm"), "pre_norm", str(tmp_path / "paired.png"))
+  assert (tmp_path / "paired.png").stat().st_size > 5000 and path.endswith("paired.png")

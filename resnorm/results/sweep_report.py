@@ -72,6 +72,7 @@ def report(pattern: str, outdir: str, paired_base: str | None = None) -> list[di
   storage.write_text(storage.join(outdir, "sweep.md"), "".join(md))
   if table is not None:
     storage.write_text(storage.join(outdir, "paired.md"), paired.markdown(table, paired_base))
+    plots.paired_figure(table, paired_base, storage.join(outdir, "paired.png"))
   plots.overlay([(r["run"], last, metrics) for r, last, metrics in runs], outdir)
   print(f"{len(rows)} runs -> {storage.join(outdir, 'sweep.md')}", flush=True)
   return rows

@@ -259,3 +259,26 @@ def overlay(runs: list[tuple[str, dict, list]], outdir: str) -> list[str]:
     legend(ax, fontsize=6)
     paths.append(_save(fig, storage.join(outdir, f"sweep_{key}.png")))
   return paths
+
+
+def paired_figure(rows: list[dict], base: str, path: str) -> str:
+  """eval.py --sweep --paired's figure: per condition (one panel each), every arm's paired loss difference to `base`
+  with its 95% t interval (resnorm.results.paired's rows); an arm with no interval is a bare point, an arm a
+  condition lacks is left out of that panel (each arm keeps one row across the panels)."""
+  conds = list(dict.fromkeys(r["cond"] for r in rows))
+  arms = list(dict.fromkeys(r["arm"] for r in rows if r["arm"] != base))
+  fig, axes = plt.subplots(1, len(conds), figsize=(4.5 * len(conds), 0.35 * len(arms) + 1.5), squeeze=False,
+                           sharey=True)
+  for ax, cond in zip(axes[0], conds):
+    by_arm = {r["arm"]: r for r in rows if r["cond"] == cond}
+    mine = [(y, by_arm[a]) for y, a in enumerate(arms) if a in by_arm]
+    y = np.array([i for i, _ in mine], float)
+    mean = np.array([r["loss_diff"] for _, r in mine], float)
+    lo, hi = np.array([r["loss_lo"] for _, r in mine], float), np.array([r["loss_hi"] for _, r in mine], float)
+    err = np.where(np.isnan(lo), 0.0, np.vstack([mean - lo, hi - mean]))
+    ax.errorbar(mean, y, xerr=err, fmt="o", ms=4, capsize=3)
+    ax.axvline(0.0, color="gray", lw=0.8, ls="--")
+    ax.set(xlabel=f"final eval loss - {base} (paired, 95% t)", title=cond or "all")
+  axes[0][0].set_yticks(np.arange(len(arms)), arms)
+  axes[0][0].invert_yaxis()
+  return _save(fig, path)
