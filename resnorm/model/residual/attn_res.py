@@ -80,8 +80,11 @@ def merge(stats, c, p_BTD, use, w_D, eps, partial_slot):
   """Phase 2: query c's attention over phase 1's slots and one more source p (the block's partial sum, or the
   summary its block completed in this step) where `use`, merged by online softmax:
   h = (a o_c + b p) / (a l_c + b), a = exp(m_c - m'), b = exp(z_p - m'), m' = max(m_c, z_p). Returns h and the
-  weights [B, T, S] (p's at `partial_slot`)."""
+  weights [B, T, S] (p's at `partial_slot`). `use` False as a Python bool (Full's attention): phase 1's softmax
+  alone, with p never read (so the backward keeps no p)."""
   m_CBT, e_CSBT, l_CBT, o_CBTD = stats
+  if use is False:
+    return o_CBTD[c] / l_CBT[c][..., None], jnp.moveaxis(e_CSBT[c] / l_CBT[c][None], 0, -1)
   z_p = jnp.where(use, rms_logit(p_BTD[None], w_D[None], eps)[0, 0], -jnp.inf)          # [B, T]
   m = jax.lax.stop_gradient(jnp.maximum(m_CBT[c], z_p))
   a, b = jnp.exp(m_CBT[c] - m), jnp.exp(z_p - m)
@@ -93,15 +96,17 @@ def merge(stats, c, p_BTD, use, w_D, eps, partial_slot):
 
 
 def block_of(cfg, sub):
+  """(block n, 0-based; the sublayer's place i in it). Blocks of one sublayer (Full) give i = 0 as a Python int: a
+  block's partial sum is then never read, and no per-layer carry of it is kept for the backward."""
   per = 2 * cfg.num_layers // num_blocks(cfg)                     # S sublayers per block
-  return sub // per, sub % per                                      # block n (0-based), i-th sublayer in it
+  return (sub, 0) if per == 1 else (sub // per, sub % per)
 
 
 def join(cfg, store: Store, sub, f_BTD) -> Store:
   """Sublayer `sub`'s output joins its block's partial sum (the block's first sublayer starts it), written to the
   block's slot."""
   n, i = block_of(cfg, sub)
-  p_BTD = jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
+  p_BTD = f_BTD if isinstance(i, int) and i == 0 else jnp.where(i > 0, store.x, jnp.zeros_like(store.x)) + f_BTD
   return store.with_x(p_BTD).write(n + 1, p_BTD)
 
 

@@ -27,7 +27,8 @@ keys' RMSNorm has no gain here (w . (g * k) = (w * g) . k, as in AttnRes).
 On the depth store of AttnRes (resnorm.model.residual.attn_res): the same slots, phase 1 and phase 2, and the same
 carry (the current block's partial sum). The stream is not carried: x_s is the sum of the completed slots plus the
 partial sum, one more weighting in phase 1's pass over the store, so the backward keeps nothing per layer beyond
-what AttnRes keeps. Params: two pseudo-queries per layer ([2, D], attention's then the MLP's).
+what AttnRes keeps (Full: not even the partial sum, which its single-sublayer blocks never read). Params: two
+pseudo-queries per layer ([2, D], attention's then the MLP's).
 """
 import flax.linen as nn
 import jax.numpy as jnp
@@ -49,7 +50,9 @@ class DeltaAttn(nn.Module):
     n, i = attn_res.block_of(self.cfg, sub)
     stats = attn_res.depth_stats(store, w_CD, jnp.arange(store.num_slots) <= n, eps, with_sum=True)
     _, e_CSBT, l_CBT, o_CBTD = stats
-    x_BTD = o_CBTD[2] + jnp.where(i > 0, store.x, jnp.zeros_like(store.x)).astype(jnp.float32)
+    x_BTD = o_CBTD[2]
+    if not (isinstance(i, int) and i == 0):        # Full (i = 0 always): no partial sum to add, none kept per layer
+      x_BTD = x_BTD + jnp.where(i > 0, store.x, jnp.zeros_like(store.x)).astype(jnp.float32)
     first = sub == 0                              # no source before the first sublayer: h_0 = x_0
     read_BTD = jnp.where(first, 0.0, o_CBTD[0] / l_CBT[0][..., None])
     a_BTS = jnp.where(first, 0.0, jnp.moveaxis(e_CSBT[0] / l_CBT[0][None], 0, -1))
