@@ -150,6 +150,19 @@ def test_the_speedrun_scalars_nanochat_preset_differs_from_pre_norm_at_init():
   assert float(jnp.max(jnp.abs(out - ref))) > 1e-2
 
 
+@pytest.mark.parametrize("preset,want", [("nanochat", (1.15, 1.05, 0.20, 0.05, 0.2)),
+                                         ("backout", (1.0, 1.0, 0.0, 0.0, 0.5))])
+def test_the_speedrun_scalars_start_at_their_codes_inits(preset, want):
+  """nanochat's lambda_r 1.15 -> 1.05 and lambda_0 0.20 -> 0.05 linearly from block 0 to block L - 1, lambda_b 0.2;
+  modded-nanogpt's backout record lambda_r 1, lambda_0 0, lambda_b 0.5."""
+  r0, r1, z0, z1, b = want
+  _, params = _logits(tiny_config("resid_lambdas", 5, **{"model.resid_lambdas.preset": preset}))
+  res = params["blocks"]["attn_res"]
+  np.testing.assert_allclose(res["lambda_r"], np.linspace(r0, r1, 5), rtol=1e-6)
+  np.testing.assert_allclose(res["lambda_0"], np.linspace(z0, z1, 5), rtol=1e-6, atol=1e-7)
+  assert float(params["backout"]["lambda_b"]) == pytest.approx(b)
+
+
 def test_mhc_lite_h_res_is_a_convex_combination_of_permutations():
   from resnorm.model.residual.mhc_lite import permutation_matrices
   p = permutation_matrices(4)
