@@ -107,7 +107,7 @@ def main_eval(argv) -> int:
   flags.DEFINE_bool("all_steps", False, "Evaluate every checkpoint of --workdir (and draw how curves evolve).")
   flags.DEFINE_string("sweep", None, "Glob of run directories: writes OUT/sweep.csv, sweep.md and figures.")
   flags.DEFINE_string("paired", None, "--sweep: every arm against this one, paired by condition and seed "
-                      "(runs named ARM-COND-sSEED): writes OUT/paired.md.")
+                      "(runs named ARM-COND-sSEED): writes OUT/paired.md and paired.png.")
   flags.DEFINE_string("generate", None, "Sample continuations of this prompt from --workdir's checkpoint.")
   flags.DEFINE_integer("max_new_tokens", 32, "--generate: tokens to sample per continuation.")
   flags.DEFINE_float("temperature", 0.0, "--generate: softmax temperature (0: greedy, deterministic).")
