@@ -24,18 +24,34 @@ appends a completed block between the next layer's attention and MLP, so a block
 the block just completed; here every sublayer reads every block completed before it, as Block AttnRes does. The
 keys' RMSNorm has no gain here (w . (g * k) = (w * g) . k, as in AttnRes).
 
-On the depth store of AttnRes (resnorm.model.residual.attn_res): the same slots, phase 1 and phase 2, and the same
-carry (the current block's partial sum). The stream is not carried: x_s is the sum of the completed slots plus the
-partial sum, one more weighting in phase 1's pass over the store, so the backward keeps nothing per layer beyond
-what AttnRes keeps (Full: not even the partial sum, which its single-sublayer blocks never read). Params: two
-pseudo-queries per layer ([2, D], attention's then the MLP's).
+On the depth store of AttnRes (resnorm.model.residual.attn_res): the same slots, phase 1 and phase 2. The stream's
+value x_s is the sum of the completed slots (plus Block's partial sum, which rides the carry), one more weighting in
+phase 1's pass over the store. With blocks of one sublayer (Full) the carry is the stream c instead, which carries
+the stream's gradient (`_stream`): the sum of slots' own cotangent would be store-sized at every sublayer, and the
+backward recomputes c from the final store (`_x_from_store`), so it keeps nothing per layer beyond what AttnRes
+keeps. Params: two pseudo-queries per layer ([2, D], attention's then the MLP's).
 """
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from resnorm.model.depth_store import Store, layer_widths
 from resnorm.model.residual import attn_res
 from resnorm.model.residual.base import Variant, register
+
+
+def _single(cfg) -> bool:
+  """Blocks of one sublayer (Full, or Block at N = 2L): the carry is the stream c, not a block's partial sum."""
+  return 2 * cfg.num_layers // attn_res.num_blocks(cfg) == 1
+
+
+def _stream(c_BTD, x_sum_BTD):
+  """The stream (float32): its value the store's sum of slots x_sum_BTD, its gradient through the carried stream c
+  (c - c = 0 exactly). The sum's own cotangent would reach every slot of the store at every sublayer, one
+  store-sized array per layer in the backward; c's flows back along the carry. The value never depends on c, so
+  the backward may recompute c from the final store (`_x_from_store`) and the forward it replays is the same."""
+  c = c_BTD.astype(jnp.float32)
+  return jax.lax.stop_gradient(x_sum_BTD) + (c - jax.lax.stop_gradient(c))
 
 
 class DeltaAttn(nn.Module):
@@ -48,17 +64,24 @@ class DeltaAttn(nn.Module):
     eps, dt = self.cfg.norm_eps, store.buf.dtype
     w_CD = self.param("query", nn.initializers.zeros, (2, store.buf.shape[-1]))
     n, i = attn_res.block_of(self.cfg, sub)
-    stats = attn_res.depth_stats(store, w_CD, jnp.arange(store.num_slots) <= n, eps, with_sum=True)
+    full = isinstance(i, int)                     # blocks of one sublayer: store.x is the stream c (_single)
+    valid_S = jnp.arange(store.num_slots) <= n
+    stats = attn_res.depth_stats(store, w_CD, valid_S, eps, with_sum=True)
     _, e_CSBT, l_CBT, o_CBTD = stats
-    x_BTD = o_CBTD[2]
-    if not (isinstance(i, int) and i == 0):        # Full (i = 0 always): no partial sum to add, none kept per layer
-      x_BTD = x_BTD + jnp.where(i > 0, store.x, jnp.zeros_like(store.x)).astype(jnp.float32)
+    if full:
+      x_BTD = _stream(store.x, o_CBTD[2])
+    else:
+      x_BTD = o_CBTD[2] + jnp.where(i > 0, store.x, jnp.zeros_like(store.x)).astype(jnp.float32)
     first = sub == 0                              # no source before the first sublayer: h_0 = x_0
     read_BTD = jnp.where(first, 0.0, o_CBTD[0] / l_CBT[0][..., None])
     a_BTS = jnp.where(first, 0.0, jnp.moveaxis(e_CSBT[0] / l_CBT[0][None], 0, -1))
     h_BTD = (x_BTD + read_BTD).astype(dt)
     f_BTD = branch(norm(h_BTD))
-    out = attn_res.join(self.cfg, store, sub, f_BTD).replace(pending=(stats, w_CD[1], n, x_BTD + f_BTD))
+    if full:
+      out = store.with_x(store.x + f_BTD.astype(dt)).write(n + 1, f_BTD)
+    else:
+      out = attn_res.join(self.cfg, store, sub, f_BTD)
+    out = out.replace(pending=(stats, w_CD[1], n, x_BTD + f_BTD, f_BTD if full else None))
     return out, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
 
 
@@ -69,17 +92,38 @@ class DeltaMLP(nn.Module):
 
   @nn.compact
   def __call__(self, store: Store, branch, norm, layer, sub):
-    stats, w_D, n_attn, x_BTD = store.pending
+    stats, w_D, n_attn, x_BTD, f_attn_BTD = store.pending
+    full = f_attn_BTD is not None
     _, i = attn_res.block_of(self.cfg, sub)
-    read_BTD, a_BTS = attn_res.merge(stats, 1, store.x, i == 0, w_D, self.cfg.norm_eps, n_attn + 1)
+    p_BTD = f_attn_BTD if full else store.x       # the source phase 1 missed: attention's output (its block's sum)
+    read_BTD, a_BTS = attn_res.merge(stats, 1, p_BTD, i == 0, w_D, self.cfg.norm_eps, n_attn + 1)
     h_BTD = (x_BTD + read_BTD).astype(store.buf.dtype)
     f_BTD = branch(norm(h_BTD))
+    if full:
+      n, _ = attn_res.block_of(self.cfg, sub)
+      return store.with_x(store.x + f_BTD.astype(store.buf.dtype)).write(n + 1, f_BTD), \
+          {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
     return attn_res.join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+
+
+def _start(cfg, x_BTD):
+  """AttnRes's store; with blocks of one sublayer the carry is the stream, c_0 = the embedding (else the block's
+  partial sum, 0)."""
+  store = attn_res.start(cfg, x_BTD)
+  return store.with_x(x_BTD) if _single(cfg) else store
 
 
 def _finish(cfg, store: Store):
   """The stream after the last sublayer: every slot's sum (the last block is complete)."""
-  return store.weighted_shared(jnp.ones((store.num_slots,), jnp.float32)).astype(store.buf.dtype)
+  x_BTD = store.weighted_shared(jnp.ones((store.num_slots,), jnp.float32))
+  return (_stream(store.x, x_BTD) if _single(cfg) else x_BTD).astype(store.buf.dtype)
+
+
+def _x_from_store(cfg, params, buf_SBTD, l):
+  """Full's carried stream c at layer l's start, the sum of slots 0 .. 2l, from the final store (only its
+  cotangent matters: its value enters the forward as c - c = 0)."""
+  keep_S = (jnp.arange(buf_SBTD.shape[0]) <= 2 * l).astype(jnp.float32)
+  return Store(x=None, buf=buf_SBTD, kernels=cfg.kernels).weighted_shared(keep_S).astype(buf_SBTD.dtype)
 
 
 def _params(cfg) -> int:
@@ -96,7 +140,8 @@ def _flops(cfg) -> int:
       2 * (attn_res.num_blocks(cfg) + 1) * d
 
 
-for _name in ("delta_attn_res", "delta_attn_res_block"):
-  register(Variant(_name, (DeltaAttn, DeltaMLP), start=attn_res.start, finish=_finish, extra_params=_params,
+# Full's backward recomputes c per layer; Block's carry (the partial sum at N < 2L) is kept
+for _name, _x_of in (("delta_attn_res", _x_from_store), ("delta_attn_res_block", None)):
+  register(Variant(_name, (DeltaAttn, DeltaMLP), start=_start, finish=_finish, extra_params=_params,
                    roles={"query": "readout"}, extra_flops=_flops, check=attn_res.check_blocks, section="attn_res",
-                   reach=attn_res.reach))
+                   reach=attn_res.reach, x_from_store=_x_of))
