@@ -86,12 +86,18 @@ def test_eval_init_writes_diagnostics(tmp_path, text_corpus):
              for s in res["sublayers"])
 
 
+E2E = pytest.mark.integration
+# make test keeps one case per kind of refusal (an unknown name, key or file, a bad scale, a glob matching nothing); the
+# value checks, each also refused in process by test_configlib, run as train.py in make test-integration
 BAD = [
     (["--config=configs/pre_norm_12l.py", "--config.model.residual=nope"], "model.residual='nope' is unknown"),
-    (["--config=configs/pre_norm_12l.py", "--config.model.norm=batchnorm"], "model.norm='batchnorm'"),
-    (["--config=configs/pre_norm_12l.py", "--config.model.num_heads=3"], "model.num_heads=3 must divide"),
-    (["--config=configs/pre_norm_12l.py", "--config.train.lr=0"], "train.lr=0"),
-    (["--config=configs/pre_norm_12l.py", "--config.train.warmup_steps=999"], "train.warmup_steps=999"),
+    pytest.param(["--config=configs/pre_norm_12l.py", "--config.model.norm=batchnorm"], "model.norm='batchnorm'",
+                 marks=E2E),
+    pytest.param(["--config=configs/pre_norm_12l.py", "--config.model.num_heads=3"], "model.num_heads=3 must divide",
+                 marks=E2E),
+    pytest.param(["--config=configs/pre_norm_12l.py", "--config.train.lr=0"], "train.lr=0", marks=E2E),
+    pytest.param(["--config=configs/pre_norm_12l.py", "--config.train.warmup_steps=999"], "train.warmup_steps=999",
+                 marks=E2E),
     (["--config=configs/pre_norm_12l.py", "--config.model.nope=1"], "error: unknown config key model.nope\n"),
     # a near miss: one line, the dotted key and the key it misspells (not ml_collections' quoted, two-line message)
     (["--config=configs/tiny.py", "--config.model.attn_res.num_block=2"],
@@ -102,11 +108,12 @@ BAD = [
     (["--config=configs/pre_norm_12l.py:gpu"], "config scale 'gpu' is unknown"),
     (["--config=configs/pre_norm_12l.py", "--config.data.name=text_files", "--config.data.paths=/no/such*.txt"],
      "matches no file"),
-    (["--config=configs/dyt_pre_norm_12l.py", "--config.model.dyt.alpha_attn=nan"], "model.dyt.alpha_attn=nan"),
+    pytest.param(["--config=configs/dyt_pre_norm_12l.py", "--config.model.dyt.alpha_attn=nan"],
+                 "model.dyt.alpha_attn=nan", marks=E2E),
 ]
 
 
-@pytest.mark.parametrize("args,msg", BAD, ids=[m for _, m in BAD])
+@pytest.mark.parametrize("args,msg", BAD, ids=[(p.values if hasattr(p, "values") else p)[1] for p in BAD])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, msg):
   wd = tmp_path / "wd"
   r = run("train.py", *args, f"--workdir={wd}")

@@ -319,7 +319,8 @@ def _plain_delta_stream(monkeypatch):
   monkeypatch.setattr(delta_attn_res, "_stream", lambda c_BTD, x_sum_BTD: x_sum_BTD)
 
 
-@pytest.mark.parametrize("over", [{"model.remat": "full", "model.depth_chunks": 2}, {"model.scan_layers": False}])
+@pytest.mark.parametrize("over", [{"model.remat": "full", "model.depth_chunks": 2},
+                                  pytest.param({"model.scan_layers": False}, marks=E2E)])
 def test_delta_full_routes_its_streams_gradient_through_the_carry(over, monkeypatch):
   """Delta AttnRes (Full) reads its stream's value from the store and sends its gradient back along the carried
   stream c (c - c = 0): the loss and every gradient equal those of the plain sum of slots, under the store's scan

@@ -21,7 +21,8 @@ def _logits(mcfg, params, tokens):
   return apply_fn(mcfg)(params, tokens)
 
 
-@pytest.mark.parametrize("name", VARIANTS)
+# every placement's logits also match its float64 reference (causal by construction) in `make test`
+@pytest.mark.parametrize("name", representative(VARIANTS, keep=("mudd",)))
 def test_forward_shapes_and_causality(name):
   mcfg, params, tokens, logits = init_and_apply(tiny_config(name, 4))  # its forward: one trace, not two
   assert logits.shape == (2, 16, mcfg.vocab_size) and logits.dtype == jnp.float32

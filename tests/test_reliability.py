@@ -293,13 +293,15 @@ def test_bad_workdir(tmp_path, text_corpus, case, msg):
   assert sorted(os.listdir(tmp_path)) == before
 
 
-MORE_BAD = [
+# make test keeps the refusals made after the config validates (data, mesh, batch); the config's own value checks,
+# each also refused in process by test_configlib, run as train.py in make test-integration
+MORE_BAD = [pytest.param(*case, marks=pytest.mark.integration) for case in (
     (["--config.model.hc.n=0", "--config.model.residual=hc"], "model.hc.n=0"),
     (["--config.data.seq_len=1"], "data.seq_len=1"),
     (["--config.model.num_layers=0"], "model.num_layers=0"),
     (["--config.train.schedule=step"], "train.schedule='step'"),
     (["--config.model.init=kaiming"], "model.init='kaiming'"),
-    (["--config.model.remat=some"], "model.remat='some'"),
+    (["--config.model.remat=some"], "model.remat='some'"))] + [
     (["--config.data.name=text_files", "--config.data.paths={empty}"], "is empty"),
     (["--config.data.data_dir=/etc/passwd"], "data.data_dir"),
     (["--config.mesh.data=3"], "mesh"),
@@ -307,7 +309,7 @@ MORE_BAD = [
 ]
 
 
-@pytest.mark.parametrize("args,msg", MORE_BAD, ids=[m for _, m in MORE_BAD])
+@pytest.mark.parametrize("args,msg", MORE_BAD, ids=[(p.values if hasattr(p, "values") else p)[1] for p in MORE_BAD])
 def test_more_bad_inputs(tmp_path, args, msg):
   empty = tmp_path / "empty.txt"
   empty.write_text("")

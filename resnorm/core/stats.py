@@ -10,7 +10,6 @@ fixed seed, by scipy.stats.bootstrap; the standard error is the standard deviati
 The default block is the cube root of the number of rows (Hall, Horowitz and Jing 1995's order for a variance).
 """
 import numpy as np
-from scipy import stats as st
 
 RESAMPLES, SEED = 1000, 0
 
@@ -48,6 +47,7 @@ def bootstrap_se(sums, counts, docs=None, block: int | None = None, resamples: i
   b_sums, b_counts = block_sums(sums, counts, docs, block)
   if b_sums.size < 2 or not np.isfinite(b_sums).all():  # a non-finite loss has no standard error
     return None
+  from scipy import stats as st    # imported here: scipy.stats costs every train.py half a second at start
   res = st.bootstrap((b_sums, b_counts), lambda s, c, axis=-1: s.sum(axis) / c.sum(axis), paired=True,
                      vectorized=True, n_resamples=resamples, method="percentile", rng=np.random.default_rng(seed))
   return float(res.standard_error)
