@@ -21,8 +21,8 @@ def report(tmp_path_factory):
   """The report rebuilt from the committed records into a scratch directory (its tables, no notes appended), and
   the judged claims in this process."""
   out = tmp_path_factory.mktemp("report")
-  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--out={out}"], cwd=ROOT, env=ENV,
-                     capture_output=True, text=True, timeout=600)
+  r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", "--report=v4", f"--out={out}"],
+                     cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
   from resnorm.results import claims as cl
   from resnorm.results import results
@@ -31,7 +31,8 @@ def report(tmp_path_factory):
   by_corpus, summary = results.evaluate_claims(Rs, d)
   tables = (out / "results.md").read_text()
   return {"d": d, "Rs": Rs, "by_corpus": by_corpus, "summary": summary,
-          "facts": findings.facts(by_corpus, summary, tables), "k": results.run_counts(Rs, d)}
+          "facts": findings.facts(by_corpus, summary, tables, findings.map_cells(Rs, d)),
+          "k": results.run_counts(Rs, d)}
 
 
 def _notes():
@@ -63,13 +64,19 @@ def test_the_readme_findings_and_caption_are_the_generated_ones(report):
     ("+0.389 on Python", "+0.398 on Python", "the number 0.398"),            # a wrong number
     ("C6b, mHC's adjacent cosine below Pre-Norm's, is not reproduced", "C6b, mHC's adjacent cosine below Pre-Norm's, "
      "is reproduced", "C6b is not 'reproduced'"),                               # a wrong verdict word
-    ("C3c, the long warmup, is reproduced on\nShakespeare", "C3c, the long warmup, is reproduced on\nPython",
+    ("C3c, the long warmup, is reproduced on Shakespeare", "C3c, the long warmup, is reproduced on Python",
      "C3c is not 'reproduced'"),                                               # the right word, the wrong corpus
     ("The 10% warmup's effect is therefore not decided either way.",
      "A 10% warmup does not rescue Post-Norm (C3b).", "'does not rescue' is said of C3b"),  # a null from no evidence
     ("C1b, C1c, C2a and C6b replicated", "C1b, C1c, C2a, C4b and C6b replicated", "C4b is not 'replicated'"),
     ("C10a, HC's composite gain", "C10c, HC's composite gain", "C10c is not a part"),      # a part that does not exist
     ("+0.0148 nats/byte per doubling", "+0.0184 nats/byte per doubling", "the number 0.0184"),
+    # the notes' old sentences: Post-Norm "level" where it is behind in every seed, "rescued" where it only learns
+    ("At lr 0.001 without warmup it is level", "At lr 0.001 and 0.003 without warmup it is level",
+     "behind Pre-Norm in every seed at Python, 4 layers, lr 0.003, warmup 0"),
+    ("but rescues it in 0 of 3", "and rescues it in 3 of 3", "rescued in 0 of 3 seeds"),
+    ("At lr 0.001 without warmup it is level", "At lr 0.003 with a 10% warmup it is level",
+     "behind Pre-Norm in every seed at Shakespeare, 4 layers, lr 0.003, warmup 0.1"),   # 0.011-0.027 behind
 ])
 def test_a_planted_error_in_the_notes_is_caught(report, old, new, why):
   text = _notes()

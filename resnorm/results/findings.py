@@ -3,7 +3,9 @@ the judged claims (readme_block, caption; spliced between their markers by `pyth
 the repository's docs/), and any hand-written text about the report (docs/results_notes.md) is checked against the
 generated tables by check(): every number it quotes must be a number of the tables at the quoted precision, every
 part it names must exist, every verdict word must be the verdict (or the values' verdict) of the parts named beside
-it, and a null wording ("does not rescue", "no effect", ...) is allowed only for parts that are not reproduced.
+it, and a null wording ("does not rescue", "no effect", ...) is allowed only for parts that are not reproduced. A
+sentence that puts Post-Norm "level with Pre-Norm", or says a warmup "rescues" it "in N of M" seeds, is checked
+against the runs of the map cells it names (its corpus, depth, learning rates and warmup), seed by seed.
 """
 import re
 
@@ -165,9 +167,10 @@ def readme_text(Rs: dict, d, by_corpus, summary, path: str, k: dict) -> str:
 
 # ---- the check of hand-written text against the tables -------------------------------------------------------------
 
-def facts(by_corpus: dict, summary: dict, tables: str) -> dict:
+def facts(by_corpus: dict, summary: dict, tables: str, cells: dict | None = None) -> dict:
   """What check() compares text against: the numbers of the generated tables (tables: the generated page without
-  its notes), every part's and claim's verdicts per corpus, and each part's replication verdict."""
+  its notes), every part's and claim's verdicts per corpus, each part's replication verdict, and the map cells'
+  runs (map_cells)."""
   parts, claims = {}, {}
   for corpus, cs in by_corpus.items():
     for c in cs:
@@ -177,7 +180,69 @@ def facts(by_corpus: dict, summary: dict, tables: str) -> dict:
         parts.setdefault(f"{c['id']}{p['label']}", {})[corpus] = words
   rep = {r["part"]: r["verdict"] for r in (summary.get("replication") or {"rows": []})["rows"]}
   return {"numbers": sorted({abs(float(m)) for m in NUMBER.findall(_numeric(tables))}), "parts": parts,
-          "claims": claims, "replication": rep, "corpora": list(by_corpus)}
+          "claims": claims, "replication": rep, "corpora": list(by_corpus), "cells": cells or {}}
+
+
+# Post-Norm against Pre-Norm at one map cell, paired by seed (a seed gives both the same base weights and data):
+# "level with Pre-Norm" holds where Post-Norm is not behind (nor ahead) in every seed, that is where the seeds'
+# differences take both signs or each is within LEVEL_RESOLUTION, the eval's resolution; a seed is "rescued" where
+# it learns (no stall) and ends within RESCUED_WITHIN of Pre-Norm's loss (a stalled run sits 0.4-1.0 above).
+LEVEL_RESOLUTION = 0.005
+RESCUED_WITHIN = 0.1
+COUNTS = {"none": 0, "no": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
+
+
+def map_cells(Rs: dict, d) -> dict:
+  """(corpus, layers, lr, warmup) -> [(Post-Norm's loss, its stall flag, Pre-Norm's loss) per seed] at the map
+  cells where Post-Norm runs (a diverged or missing run's loss None)."""
+  out = {}
+  for c, R in Rs.items():
+    for r in grid.blocks(d):
+      if r.variant == "post_norm" and r.steps == d["steps"] and not r.tag and r.layers in d["map_depths"]:
+        pre = r._replace(variant="pre_norm")
+        runs = [(R.run(r, s), R.run(pre, s)) for s in grid.seeds_of(d, r)]
+        out[(c, r.layers, r.lr, r.warmup_frac)] = [
+            (p and p["loss"], bool(p and p["stalled"]), q and q["loss"]) for p, q in runs]
+  return out
+
+
+def _named_cells(clause: str, f: dict) -> list:
+  """The map cells a clause names: its corpora (all unless named), depths ("4 layers"), learning rates ("lr 0.001
+  and 0.003") and warmup ("without warmup": none; another mention: the warmed ones); unnamed, every one."""
+  low = clause.lower()
+  layers = {int(x) for x in re.findall(r"\b(\d+) layers", low)}
+  lrs = {float(x) for m in re.finditer(r"\blrs? (\d*\.?\d+(?:(?:,| and| or)+ \d*\.?\d+)*)", low)
+         for x in re.findall(r"\d*\.?\d+", m.group(1))}
+  warm = (lambda w: w == 0) if "without warmup" in low else (lambda w: w > 0) if "warmup" in low else (lambda w: True)
+  corpora = _corpora(clause, f["corpora"])
+  return [k for k in f.get("cells", {}) if k[0] in corpora and (not layers or k[1] in layers)
+          and (not lrs or k[2] in lrs) and warm(k[3])]
+
+
+def _cell_problems(clause: str, f: dict) -> list[str]:
+  low, out = clause.lower(), []
+  if "level with pre-norm" in low:
+    for k in _named_cells(clause, f):
+      diffs = [p - q for p, _, q in f["cells"][k] if p is not None and q is not None]
+      signs = {x > 0 for x in diffs}
+      if len(diffs) < len(f["cells"][k]) or (len(signs) == 1 and min(map(abs, diffs)) > LEVEL_RESOLUTION):
+        side = "behind" if signs == {True} else "ahead of"
+        out.append(f"Post-Norm is {side} Pre-Norm in every seed at {_cell(k)}, not level: {clause[:100]}")
+  m = re.search(r"rescu\w*\b.*?\b(\d+|" + "|".join(COUNTS) + r") of (\d+)", low)
+  if m and not any(w in low for w in NULL_WORDS):
+    said = COUNTS.get(m.group(1), None) if not m.group(1).isdigit() else int(m.group(1))
+    named = [k for k in _named_cells(clause, f) if k[3] > 0]
+    got = sum(p is not None and not st and q is not None and p - q <= RESCUED_WITHIN
+              for k in named for p, st, q in f["cells"][k])
+    seeds = sum(len(f["cells"][k]) for k in named)
+    if not named or said != got or int(m.group(2)) != seeds:
+      out.append(f"rescued in {got} of {seeds} seeds (learning, and within {RESCUED_WITHIN} of Pre-Norm) at "
+                 f"{', '.join(map(_cell, named)) or 'no map cell'}, not {m.group(1)} of {m.group(2)}: {clause[:100]}")
+  return out
+
+
+def _cell(k) -> str:
+  return f"{_name(k[0])}, {k[1]} layers, lr {k[2]:g}, warmup {k[3]:g}"
 
 
 def _numeric(text: str) -> str:
@@ -228,6 +293,7 @@ def check(text: str, f: dict) -> list[str]:
     if not _matches(q, f["numbers"]):
       problems.append(f"the number {q} is not in the tables")
   for clause in _clauses(text):
+    problems += _cell_problems(clause, f)
     named = items(clause)
     for x in named:
       if x not in f["parts"] and x not in f["claims"]:
