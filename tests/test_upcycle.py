@@ -32,7 +32,10 @@ def _records(wd):
 @pytest.mark.parametrize("residual,over", [
     pytest.param("hc", {"model.hc.n": 2}, id="pre_norm->hc"),
     pytest.param("frac_hc", {"model.frac_hc.m": 4}, id="pre_norm->frac_hc", marks=pytest.mark.integration),
-    pytest.param("pre_norm", {}, id="same", marks=pytest.mark.integration)])
+    pytest.param("pre_norm", {}, id="same", marks=pytest.mark.integration),
+    pytest.param("resid_lambdas", {"model.resid_lambdas.preset": "identity"}, id="pre_norm->resid_lambdas",
+                 marks=pytest.mark.integration),
+    pytest.param("kromhc", {"model.kromhc.n": 2}, id="pre_norm->kromhc", marks=pytest.mark.integration)])
 def test_step_0_eval_equals_the_source_final_eval(source, tmp_path, text_corpus, residual, over):
   wd = str(tmp_path / "run")
   cfg = text_config(text_corpus, residual, **{**RUN, "train.steps": 1, "train.init_from": source, **over})
@@ -100,16 +103,21 @@ def test_transition_rules():
                          ("pre_norm", "pre_norm", {"model.init": "gpt2", "model.dtype": "bfloat16"}),
                          ("pre_norm", "laurel", {"model.laurel.rw": False, "model.laurel.rw_scale": 1.0}),
                          ("pre_norm", "mudd", {}),
-                         ("pre_norm", "value_residual", {"model.value_residual.lambda_init": 0.0})]:
+                         ("pre_norm", "value_residual", {"model.value_residual.lambda_init": 0.0}),
+                         ("pre_norm", "resid_lambdas", {"model.resid_lambdas.preset": "identity"}),
+                         ("pre_norm", "kromhc", {})]:
     upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
   for src, dst, over, msg in [("hc", "pre_norm", {}, "a hc run and this run is pre_norm"),
                               ("hc", "hc", {"model.hc.n": 2}, "model.hc.n=4 but this run has model.hc.n=2"),
                               ("pre_norm", "hc", {"model.final_norm": False}, "model.final_norm=True"),
                               ("pre_norm", "laurel", {"model.laurel.rw_scale": 1.0}, "path weights of 1 at init"),
                               ("pre_norm", "value_residual", {}, r"model.value_residual.lambda_init=0 \(no mix"),
+                              ("pre_norm", "resid_lambdas", {}, r"from the identity preset \(model.resid_lambdas"),
+                              ("pre_norm", "ddl", {}, "a pre_norm run and this run is ddl"),   # closed gate: x_0
                               ("pre_norm", "mhc_lite", {},
                                "pre_norm -> hc, pre_norm -> mhc, pre_norm -> frac_hc, pre_norm -> laurel, "
-                               "pre_norm -> mudd, pre_norm -> value_residual preserve")]:
+                               "pre_norm -> mudd, pre_norm -> value_residual, pre_norm -> kromhc, pre_norm -> resid_lambdas "
+                               "preserve")]:
     with pytest.raises(InputError, match=msg):
       upcycle.check_transition(model(src), text_config("x", dst, **over), "src")
 

@@ -40,6 +40,10 @@ UPCYCLES = {
     ("pre_norm", "mudd"): (lambda m: True, ""),
     ("pre_norm", "value_residual"): (lambda m: m.value_residual.lambda_init == 0,
                                      "with model.value_residual.lambda_init=0 (no mix at init)"),
+    ("pre_norm", "kromhc"): (lambda m: True, ""),
+    ("pre_norm", "resid_lambdas"): (lambda m: m.resid_lambdas.preset == "identity",
+                                    "from the identity preset (model.resid_lambdas.preset=identity: lambda_r 1, "
+                                    "lambda_0 0, lambda_b 0, the embedding not normalized)"),
 }
 INIT_ONLY_FIELDS = ("init",)
 
