@@ -68,7 +68,8 @@ def readme_block(by_corpus: dict, summary: dict, design_rows: list[dict]) -> lis
   no = [r["part"] for r in t_rows if not r["decidable"]]
   out = [f"From [docs/results.md](docs/results.md) (records in `results/v4`). Each part's verdict comes from its "
          "interval against the effect of interest declared before the grid (resnorm/results/design.py); not "
-         "reproduced is a decided null. By the power table's own a-priori MDE "
+         "reproduced is a decided null. The rule is post hoc (written after the last record). By the power table's "
+         "own a-priori MDE "
          f"{len(no)} of {len(t_rows)} t-test parts cannot detect their effect of interest.", ""]
   claims = []
   for i, c in enumerate(by_corpus[corpora[0]]):

@@ -172,12 +172,27 @@ def design_mdes(by_corpus, d, design_m: int) -> None:
         p["mde_design"] = mdes.get(f"{c['id']}{p['label']}")
 
 
+# What report v4 decided after its last record (2026-12-04 17:29 UTC): the rules below, each committed later and so
+# post hoc; the design's blocks, seeds, pilot sds and effects of interest were fixed before its grid (eac5c17).
+POST_HOC = (("the four-outcome verdict rule (reproduced, not reproduced as a decided null, opposite, undecided)",
+             "2026-12-05", "f4c9c25"),
+            ("the replication test across the corpora", "2026-12-05", "45a5394"),
+            ("the findings checker's reading of sentences about Post-Norm's map cells", "2026-12-07", "267016f"))
+
+
+def post_hoc() -> str:
+  return ("**Post hoc.** Fixed before the grid: the design's blocks, seeds, pilot sds and effects of interest "
+          "(resnorm/results/design.py, commit eac5c17). Added after the last record, and so post hoc: " +
+          "; ".join(f"{what} ({day}, commit {sha})" for what, day, sha in POST_HOC) + ".")
+
+
 def power_table(d, summary) -> list[str]:
   """The design's power table (verdicts.power_table), as declared before the grid."""
   rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)
   level = rows[0]["level"] if rows else 0.0
   t_rows = [r for r in rows if r["decidable"] is not None]
-  out = [f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
+  out = [post_hoc(), "",
+         f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
          f"seed (report v3's tables), its seeds, and the a-priori minimum detectable effect at 80% power of the two-sided "
          f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
          f"once the {cl.DESIGN_CALLS} parts whose pilot effect exceeded 8 standard deviations are called), beside "
