@@ -231,7 +231,7 @@ def _cell_problems(clause: str, f: dict) -> list[str]:
         out.append(f"Post-Norm is {side} Pre-Norm in every seed at {_cell(k)}, not level: {clause[:100]}")
   m = re.search(r"rescu\w*\b.*?\b(\d+|" + "|".join(COUNTS) + r") of (\d+)", low)
   if m and not any(w in low for w in NULL_WORDS):
-    said = COUNTS.get(m.group(1), None) if not m.group(1).isdigit() else int(m.group(1))
+    said = int(m.group(1)) if m.group(1).isdigit() else COUNTS[m.group(1)]
     named = [k for k in _named_cells(clause, f) if k[3] > 0]
     got = sum(p is not None and not st and q is not None and p - q <= RESCUED_WITHIN
               for k in named for p, st, q in f["cells"][k])

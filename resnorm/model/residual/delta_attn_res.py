@@ -64,7 +64,7 @@ class DeltaAttn(nn.Module):
     eps, dt = self.cfg.norm_eps, store.buf.dtype
     w_CD = self.param("query", nn.initializers.zeros, (2, store.buf.shape[-1]))
     n, i = attn_res.block_of(self.cfg, sub)
-    full = isinstance(i, int)                     # blocks of one sublayer: store.x is the stream c (_single)
+    full = _single(self.cfg)                      # store.x is the stream c, not a partial sum
     valid_S = jnp.arange(store.num_slots) <= n
     stats = attn_res.depth_stats(store, w_CD, valid_S, eps, with_sum=True)
     _, e_CSBT, l_CBT, o_CBTD = stats
@@ -77,11 +77,7 @@ class DeltaAttn(nn.Module):
     a_BTS = jnp.where(first, 0.0, jnp.moveaxis(e_CSBT[0] / l_CBT[0][None], 0, -1))
     h_BTD = (x_BTD + read_BTD).astype(dt)
     f_BTD = branch(norm(h_BTD))
-    if full:
-      out = store.with_x(store.x + f_BTD.astype(dt)).write(n + 1, f_BTD)
-    else:
-      out = attn_res.join(self.cfg, store, sub, f_BTD)
-    out = out.replace(pending=(stats, w_CD[1], n, x_BTD + f_BTD, f_BTD if full else None))
+    out = _join(self.cfg, store, sub, f_BTD).replace(pending=(stats, w_CD[1], n, x_BTD + f_BTD, f_BTD))
     return out, {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
 
 
@@ -93,17 +89,21 @@ class DeltaMLP(nn.Module):
   @nn.compact
   def __call__(self, store: Store, branch, norm, layer, sub):
     stats, w_D, n_attn, x_BTD, f_attn_BTD = store.pending
-    full = f_attn_BTD is not None
     _, i = attn_res.block_of(self.cfg, sub)
-    p_BTD = f_attn_BTD if full else store.x       # the source phase 1 missed: attention's output (its block's sum)
+    # the source phase 1 missed: attention's output (Full), or its block's partial sum after it (Block)
+    p_BTD = f_attn_BTD if _single(self.cfg) else store.x
     read_BTD, a_BTS = attn_res.merge(stats, 1, p_BTD, i == 0, w_D, self.cfg.norm_eps, n_attn + 1)
     h_BTD = (x_BTD + read_BTD).astype(store.buf.dtype)
     f_BTD = branch(norm(h_BTD))
-    if full:
-      n, _ = attn_res.block_of(self.cfg, sub)
-      return store.with_x(store.x + f_BTD.astype(store.buf.dtype)).write(n + 1, f_BTD), \
-          {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
-    return attn_res.join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+    return _join(self.cfg, store, sub, f_BTD), {"u": h_BTD, "f": f_BTD, "depth": a_BTS}
+
+
+def _join(cfg, store: Store, sub, f_BTD) -> Store:
+  """The sublayer's output written to its slot; the carry adds it to the stream c (blocks of one sublayer) or to
+  the block's partial sum (attn_res.join)."""
+  if _single(cfg):
+    return store.with_x(store.x + f_BTD.astype(store.buf.dtype)).write(attn_res.block_of(cfg, sub)[0] + 1, f_BTD)
+  return attn_res.join(cfg, store, sub, f_BTD)
 
 
 def _start(cfg, x_BTD):
