@@ -224,7 +224,8 @@ UNREACHABLE = {
 }
 
 
-@pytest.mark.parametrize("cmd", list(UNREACHABLE))
+@pytest.mark.parametrize("cmd", [c if c in ("train", "sweep") else pytest.param(c, marks=pytest.mark.integration)
+                                 for c in UNREACHABLE])
 def test_an_unreachable_endpoint_is_one_line_and_quick(tmp_path, text_corpus, cmd):
   """The store's address set, nothing listening there: one line naming the endpoint, exit 2, well inside 30 s
   (gcsfs alone retries for about a minute and logs a traceback), and nothing written locally."""

@@ -134,7 +134,9 @@ MODULE_BAD = [
 ]
 
 
-@pytest.mark.parametrize("argv,msg", MODULE_BAD, ids=[m for _, m in MODULE_BAD])
+# one refusal of each command in `make test` (the others in `make test-integration`)
+@pytest.mark.parametrize("argv,msg", [pytest.param(a, m, id=m, marks=() if i in (0, 2, 3) else pytest.mark.integration)
+                                      for i, (a, m) in enumerate(MODULE_BAD)])
 def test_the_module_commands_bad_flags_are_one_line_and_exit_2(argv, msg):
   """absl's own parser would print two FATAL lines and exit 1; the bench would meet a bad --config or --json only
   after its work."""

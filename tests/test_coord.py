@@ -73,7 +73,8 @@ def test_the_command_writes_json_and_figure(tmp_path):
 @pytest.mark.parametrize("bad, words", [
     (["--params=bogus"], "--params: 'bogus' is unknown"),
     (["--residuals=ngpt"], "does not compose with model.residual='ngpt'"),
-    (["--widths=x"], "must be integers"), (["--head_dim=5"], "is not a multiple of --head_dim=5")])
+    pytest.param(["--widths=x"], "must be integers", marks=pytest.mark.integration),
+    pytest.param(["--head_dim=5"], "is not a multiple of --head_dim=5", marks=pytest.mark.integration)])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, bad, words):
   r = subprocess.run(CMD + bad + [f"--out={tmp_path}/bad"], cwd=ROOT, env=ENV, capture_output=True, text=True,
                      timeout=300)

@@ -62,10 +62,10 @@ E2E = pytest.mark.integration  # further settings of a placement: `make test-int
 @pytest.mark.parametrize("name,over", [
     pytest.param("attn_res", {}, marks=E2E), ("attn_res_block", {}),
     pytest.param("attn_res_block", {"model.attn_res.num_blocks": 3}, marks=E2E),
-    ("denseformer", {}),
+    pytest.param("denseformer", {}, marks=E2E),
     pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E),
     ("denseformer", {"model.remat": "full", "model.denseformer.dilation": 2}),
-    pytest.param("mudd", {}, marks=E2E), ("laurel", {"model.laurel.pa_k": 6}),
+    pytest.param("mudd", {}, marks=E2E), pytest.param("laurel", {"model.laurel.pa_k": 6}, marks=E2E),
     pytest.param("laurel", {}, marks=E2E),
     pytest.param("laurel", {"model.laurel.pa_k": 10, "model.num_layers": 5}, marks=E2E),
     pytest.param("laurel", {"model.laurel.rw": False}, marks=E2E)])
@@ -148,6 +148,7 @@ def test_runs_over_store_prefixes_equal_one_scan_over_the_whole_store(name, over
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6, err_msg=jax.tree_util.keystr(path))
 
 
+@E2E
 def test_mudd_in_runs_ending_at_a_store_of_four_slots_trains_as_the_layer_loop():
   """MUDDFormer at 3 layers in the default 4 runs: one layer per run, over 2, 3 and 4 slots. Under remat=dots a
   block keeps its four ways' weighted reads, [4, B, T, D]: the last run's own shape, which layer_scan's guard

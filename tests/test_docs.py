@@ -8,6 +8,7 @@ where the docs put everything a reader would type; links from the prose. Placeho
 not names.
 """
 import ast
+import functools
 import glob
 import itertools
 import os
@@ -73,10 +74,16 @@ def config_keys():
   return keys
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(path):
+  """The syntax tree of a source file, parsed once per test process (every page's flags walk the same files)."""
+  with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+    return ast.parse(f.read())
+
+
 def defined_flags(path, functions=None):
   """Names of the absl flags a source file defines (DEFINE_*("name", ...)), in `functions` only when given."""
-  with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-    tree = ast.parse(f.read())
+  tree = parsed(path)
   roots = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name in functions] if functions \
       else [tree]
   names = set()
@@ -95,21 +102,25 @@ def module_file(module):
   return None
 
 
-def module_flags(module, seen=None):
+@functools.lru_cache(maxsize=None)
+def module_flags(module):
   """Flags of `python -m module`: those its file defines and those of the resnorm modules it imports, transitively
   (dotted names whole, `slurm.partition`, and also their first part, for prose such as `--slurm.*`)."""
-  seen = set() if seen is None else seen
+  names = _imported_flags(module, set())
+  return frozenset(names | {n.split(".", 1)[0] for n in names if "." in n})
+
+
+def _imported_flags(module, seen):
   path = module_file(module)
   if path is None or path in seen:
     return set()
   seen.add(path)
   names = defined_flags(path)
-  with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-    for node in ast.walk(ast.parse(f.read())):
-      if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("resnorm"):
-        for sub in [node.module] + [f"{node.module}.{a.name}" for a in node.names]:
-          names |= module_flags(sub, seen)
-  return names | {n.split(".", 1)[0] for n in names if "." in n}
+  for node in ast.walk(parsed(path)):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("resnorm"):
+      for sub in [node.module] + [f"{node.module}.{a.name}" for a in node.names]:
+        names |= _imported_flags(sub, seen)
+  return names
 
 
 def absl_flags():

@@ -188,7 +188,7 @@ def test_every_placement_runs_norm_free_but_ngpt_is_refused(norm, plain):
   names = sorted({v.name for v in residual.REGISTRY.values()})
   names = [n for n in names if plain is None or (n in PLAIN_STREAM) == plain]
   if norm == "derf":  # the same make_norm path as DyT's: a placement of each kind of state is enough
-    names = ["pre_norm", "post_norm", "hc", "mhc", "hybrid_norm", "attn_res_block", "ngpt"]
+    names = ["pre_norm", "post_norm", "hc", "attn_res_block", "ngpt"]
   for name in names:
     cfg = tiny_config(name, 2, **{"model.norm": norm})
     if name == "ngpt":

@@ -91,8 +91,14 @@ def _flat(tree):
 SHAPES = [(128, 2), (32, 8)]  # against the base (32, 2): 4x the width, 4x the depth
 
 
+def shaped(cases, fast):
+  """pytest params (*case, width, depth): each case at each of SHAPES, `make test` keeping only the pairs in `fast`
+  (one case at one shape, the other shape in the other test) and `make test-integration` the rest."""
+  return [pytest.param(*c, *s, marks=() if (c, s) in fast else pytest.mark.integration) for c in cases for s in SHAPES]
+
+
 @pytest.mark.parametrize("init, p", [("normal", "completep"), ("gpt2", "completep"), ("xavier", "mup"),
-                                     ("gpt2", "standard"), slow("normal", "mup"), slow("normal", "standard"),
+                                     slow("gpt2", "standard"), slow("normal", "mup"), slow("normal", "standard"),
                                      slow("gpt2", "mup"), slow("xavier", "standard"), slow("xavier", "completep")])
 def test_init_std_per_role(p, init):
   """Hidden matrices: the standard std at the base shape x m_d^-1/2, no depth factor (GPT-2's 1/sqrt(2L) at the base
@@ -144,46 +150,44 @@ def _step_and_grads(c, state, seed=0):
 TRAIN = {"train.grad_clip": 0.0, "train.warmup_steps": 0, "train.schedule": "constant", "train.lr": 1e-3}
 
 
-@pytest.mark.parametrize("name, p", [slow("hc", "mup"), slow("hc", "completep"), ("pre_norm", "completep"),
-                                     slow("hc", "depth_mup"), slow("hc", "standard"), slow("attn_res", "mup"),
-                                     slow("attn_res", "completep")])
-def test_first_adam_update_per_role_is_the_rules_lr_times_sign(name, p):
+@pytest.mark.parametrize("name, p, width, depth", shaped(
+    [("hc", "mup"), ("hc", "completep"), ("pre_norm", "completep"), ("hc", "depth_mup"), ("hc", "standard"),
+     ("attn_res", "mup"), ("attn_res", "completep")], fast={(("pre_norm", "completep"), (128, 2))}))
+def test_first_adam_update_per_role_is_the_rules_lr_times_sign(name, p, width, depth):
   """With eps ~ 0 and no decay, Adam's first update is -lr x sign(g): its size per coordinate is the role's lr."""
-  for width, depth in SHAPES:
-    c = _cfg(name, p, width, depth, **TRAIN, **{"train.eps": 1e-30, "train.weight_decay": 0.0})
-    _, _, state = _init(c)
-    old = _flat(state["params"])
-    grads, new = _step_and_grads(c, state)
-    factors, roles, seen = _factors(p, width, depth), residual.get(name).roles, set()
-    for k, g in grads.items():
-      r = param.role(k, roles)
-      live = np.abs(g) > 1e-12
-      if not live.any():
-        continue
-      seen.add(r)
-      np.testing.assert_allclose(np.abs(new[k] - old[k])[live], 1e-3 * factors[r][0], rtol=2e-3,
-                                 err_msg=f"{name} {p} {'/'.join(k)} ({r}) at d {width}, L {depth}")
-    assert seen >= {"hidden", "vector", "embed", "unembed"} | ({"readout", "final"} if name == "hc" else set()) | \
-        ({"final"} if name == "pre_norm" else set())
+  c = _cfg(name, p, width, depth, **TRAIN, **{"train.eps": 1e-30, "train.weight_decay": 0.0})
+  _, _, state = _init(c)
+  old = _flat(state["params"])
+  grads, new = _step_and_grads(c, state)
+  factors, roles, seen = _factors(p, width, depth), residual.get(name).roles, set()
+  for k, g in grads.items():
+    r = param.role(k, roles)
+    live = np.abs(g) > 1e-12
+    if not live.any():
+      continue
+    seen.add(r)
+    np.testing.assert_allclose(np.abs(new[k] - old[k])[live], 1e-3 * factors[r][0], rtol=2e-3,
+                               err_msg=f"{name} {p} {'/'.join(k)} ({r}) at d {width}, L {depth}")
+  assert seen >= {"hidden", "vector", "embed", "unembed"} | ({"readout", "final"} if name == "hc" else set()) | \
+      ({"final"} if name == "pre_norm" else set())
 
 
-@pytest.mark.parametrize("p", [slow("mup"), "completep"])
-def test_eps_and_weight_decay_per_role(p):
+@pytest.mark.parametrize("p, width, depth", shaped([("mup",), ("completep",)], fast={(("completep",), (32, 8))}))
+def test_eps_and_weight_decay_per_role(p, width, depth):
   """eps comparable to |g| and weight decay on: the update is -lr_r (g / (|g| + eps eps_r) + wd wd_r p) on the
   decayed params, with the role's factors."""
-  for width, depth in SHAPES:
-    c = _cfg("hc", p, width, depth, **TRAIN, **{"train.eps": 1e-4, "train.weight_decay": 0.3})
-    _, _, state = _init(c)
-    old = _flat(state["params"])
-    grads, new = _step_and_grads(c, state)
-    factors, roles = _factors(p, width, depth), residual.get("hc").roles
-    decayed = set(optim.BASE_DECAY) | set(residual.get("hc").decay)
-    for k, g in grads.items():
-      lr_r, eps_r, wd_r = factors[param.role(k, roles)]
-      wd = 0.3 * wd_r if k[-1] in decayed else 0.0
-      want = -1e-3 * lr_r * (g / (np.abs(g) + 1e-4 * eps_r) + wd * old[k])
-      np.testing.assert_allclose(new[k] - old[k], want, rtol=1e-3, atol=2e-7,
-                                 err_msg=f"{p} {'/'.join(k)} at d {width}, L {depth}")
+  c = _cfg("hc", p, width, depth, **TRAIN, **{"train.eps": 1e-4, "train.weight_decay": 0.3})
+  _, _, state = _init(c)
+  old = _flat(state["params"])
+  grads, new = _step_and_grads(c, state)
+  factors, roles = _factors(p, width, depth), residual.get("hc").roles
+  decayed = set(optim.BASE_DECAY) | set(residual.get("hc").decay)
+  for k, g in grads.items():
+    lr_r, eps_r, wd_r = factors[param.role(k, roles)]
+    wd = 0.3 * wd_r if k[-1] in decayed else 0.0
+    want = -1e-3 * lr_r * (g / (np.abs(g) + 1e-4 * eps_r) + wd * old[k])
+    np.testing.assert_allclose(new[k] - old[k], want, rtol=1e-3, atol=2e-7,
+                               err_msg=f"{p} {'/'.join(k)} at d {width}, L {depth}")
 
 
 def _apply(c, params, inputs):

@@ -185,7 +185,8 @@ def _misnamed(dst, case):
   return to
 
 
-@pytest.mark.parametrize("case", ["seed", "recipe", "corpus", "init"])
+@pytest.mark.parametrize("case", ["seed", pytest.param("recipe", marks=pytest.mark.integration), pytest.param("corpus", marks=pytest.mark.integration),
+                                  "init"])
 def test_a_record_under_another_runs_name_is_refused(tmp_path, case):
   """Seed 0's record copied over seed 1's name (the audit's case: it counted seed 0 twice), over another variant's,
   into the other corpus, or an init record over another seed's: one line naming the file and the field, exit 2,
@@ -207,7 +208,7 @@ def test_one_record_under_two_names_is_refused():
     records.check_unique({"a": {"x.json", "y.json"}})
 
 
-@pytest.mark.parametrize("where", ["missing", "empty", "not this design"])
+@pytest.mark.parametrize("where", ["missing", pytest.param("empty", marks=pytest.mark.integration), "not this design"])
 def test_no_records_is_refused_and_the_default_report_is_kept(tmp_path, where):
   """A mistyped, empty or foreign --records with the default --out=docs: one line, exit 2, and the docs/results.md
   already there is left as it was (run from a directory whose docs/ is a stand-in)."""

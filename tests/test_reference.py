@@ -226,8 +226,9 @@ def test_logits_and_loss_match_reference(name, cid):
 # The gradient of a placement autodiff differentiates end to end follows from its forward (checked above for every
 # variant in `make test`); the ones with a backward of their own (the depth store's, the kernels' Sinkhorn and stream
 # mixing) keep their first case in `make test`, the others run in `make test-integration`.
-OWN_BACKWARD = ("pre_norm", "hc", "mhc", "attn_res", "attn_res_block", "delta_attn_res", "mudd", "denseformer",
-                "laurel")   # (delta_attn_res_block: attn_res_block's store backward and delta_attn_res's read)
+# (delta_attn_res_block: attn_res_block's store backward and delta_attn_res's read; delta_attn_res: its stream's
+# gradient routed along a carry, checked equal to the plain sum's in test_depth_store)
+OWN_BACKWARD = ("pre_norm", "hc", "mhc", "attn_res", "attn_res_block", "mudd", "denseformer", "laurel")
 GRAD_PARAMS = [pytest.param(*p.values, id=p.id, marks=p.marks or (() if p.values[0] in OWN_BACKWARD else
                                                                   pytest.mark.integration)) for p in PARAMS]
 

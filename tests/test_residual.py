@@ -19,7 +19,8 @@ def _logits(cfg, seed=0):
   return logits, params
 
 
-@pytest.mark.parametrize("n,dynamic", [(1, False), (2, True), (4, False), (4, True)])
+@pytest.mark.parametrize("n,dynamic", [(1, False), pytest.param(2, True, marks=pytest.mark.integration),
+                                       pytest.param(4, False, marks=pytest.mark.integration), (4, True)])
 def test_hc_at_paper_init_equals_pre_norm(n, dynamic):
   ref, _ = _logits(tiny_config("pre_norm", 3))
   out, _ = _logits(tiny_config("hc", 3, **{"model.hc.n": n, "model.hc.dynamic": dynamic}))
@@ -41,7 +42,8 @@ def test_hc_static_width_connection_reads_stream_k_mod_n_at_init():
       np.testing.assert_array_equal(alpha[layer], want, err_msg=f"{which} layer {layer}")
 
 
-@pytest.mark.parametrize("m,dynamic", [(1, True), (2, False), (4, True)])
+@pytest.mark.parametrize("m,dynamic", [pytest.param(1, True, marks=pytest.mark.integration), pytest.param(2, False, marks=pytest.mark.integration),
+                                       (4, True)])
 def test_frac_hc_at_init_equals_pre_norm(m, dynamic):
   """Frac-Connections' identity-leaning init (A_m = A_r = I, B = 1, W = 0): every block is x + F(N(x))."""
   ref, _ = _logits(tiny_config("pre_norm", 3))

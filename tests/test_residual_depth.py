@@ -67,17 +67,18 @@ def test_denseformer_dwa_reads_what_the_authors_accumulators_hold(layers, k, p):
   assert dwa_weights_used(cfg) == used
 
 
-def test_attn_res_at_its_init_is_pre_norm_up_to_the_norms_eps():
+@pytest.mark.parametrize("name,over", [("attn_res", {}), ("delta_attn_res", {}), pytest.param(
+    "attn_res_block", {"model.attn_res.num_blocks": 3}, marks=pytest.mark.integration)])
+def test_attn_res_at_its_init_is_pre_norm_up_to_the_norms_eps(name, over):
   """Pseudo-queries 0: every sublayer reads the mean of its sources, Pre-Norm's sum over their count, which the
   sublayer's norm and the final norm cancel up to eps (exact as eps -> 0). Full and Block; the same base weights.
   Delta AttnRes adds that mean to the stream: x (s + 2) / (s + 1), cancelled the same way."""
-  for name, over in (("attn_res", {}), ("attn_res_block", {"model.attn_res.num_blocks": 3}), ("delta_attn_res", {})):
-    tight = {"model.norm_eps": 1e-12, **over}
-    ref, _ = _logits(tiny_config("pre_norm", 3, **{"model.norm_eps": 1e-12}))
-    out, _ = _logits(tiny_config(name, 3, **tight))
-    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
-    loose, _ = _logits(tiny_config(name, 3, **over))  # eps 1e-5 against means 1/7 of the sums: visible, small
-    assert 1e-6 < float(jnp.max(jnp.abs(loose - ref))) < 0.1 * float(jnp.max(jnp.abs(ref)))
+  tight = {"model.norm_eps": 1e-12, **over}
+  ref, _ = _logits(tiny_config("pre_norm", 3, **{"model.norm_eps": 1e-12}))
+  out, _ = _logits(tiny_config(name, 3, **tight))
+  np.testing.assert_allclose(out, ref, rtol=1e-4, atol=2e-5)
+  loose, _ = _logits(tiny_config(name, 3, **over))  # eps 1e-5 against means 1/7 of the sums: visible, small
+  assert 1e-6 < float(jnp.max(jnp.abs(loose - ref))) < 0.1 * float(jnp.max(jnp.abs(ref)))
 
 
 def test_delta_block_at_its_init_is_not_pre_norm():
@@ -89,7 +90,8 @@ def test_delta_block_at_its_init_is_not_pre_norm():
   assert float(jnp.max(jnp.abs(out - ref))) > 1e-2
 
 
-@pytest.mark.parametrize("full,block", [("attn_res", "attn_res_block"), ("delta_attn_res", "delta_attn_res_block")])
+@pytest.mark.parametrize("full,block", [pytest.param("attn_res", "attn_res_block", marks=pytest.mark.integration),
+                                        ("delta_attn_res", "delta_attn_res_block")])
 def test_block_of_single_sublayers_is_full(full, block):
   """N = 2L blocks of one sublayer: Block reads exactly Full's sources (the partial sum never); N = 2 does not."""
   rng = np.random.default_rng(0)
@@ -104,23 +106,25 @@ def test_block_of_single_sublayers_is_full(full, block):
   assert float(jnp.max(jnp.abs(apply_fn(two)(params, tokens) - apply_fn(mcfg)(params, tokens)))) > 1e-3
 
 
-def test_depth_weights_at_init_are_uniform_over_the_sources_each_sublayer_reads():
+@pytest.mark.parametrize("name,want_rows", [
+    pytest.param("attn_res", [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(6)],
+                 marks=pytest.mark.integration),
+    ("attn_res_block", [[1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0], [1 / 3] * 3, [1 / 3] * 3]),
+    # Delta: nothing read before sublayer 0; Block: only completed blocks (the MLP of layer 1 starts block 2)
+    ("delta_attn_res", [[0.0] * 7] + [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(1, 6)]),
+    pytest.param("delta_attn_res_block", [[0, 0, 0], [1, 0, 0], [1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0]],
+                 marks=pytest.mark.integration)])
+def test_depth_weights_at_init_are_uniform_over_the_sources_each_sublayer_reads(name, want_rows):
   """Full: sublayer l reads the embedding and the l outputs before it, 1/(l+1) each (entropy log(l+1)); Block with
   N = 2 over 6 sublayers (S = 3): slot 0, then block 1's partial sum from its 2nd sublayer, block 1 once done. The
-  Delta forms the same, less the partial sums and sublayer 0's read."""
-  for name, n, want_rows in (
-      ("attn_res", 3, [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(6)]),
-      ("attn_res_block", 3, [[1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0], [1 / 3] * 3, [1 / 3] * 3]),
-      # Delta: nothing read before sublayer 0; Block: only completed blocks (the MLP of layer 1 starts block 2)
-      ("delta_attn_res", 3, [[0.0] * 7] + [[1.0 / (l + 1)] * (l + 1) + [0.0] * (6 - l) for l in range(1, 6)]),
-      ("delta_attn_res_block", 3, [[0, 0, 0], [1, 0, 0], [1, 0, 0], [.5, .5, 0], [.5, .5, 0], [.5, .5, 0]])):
-    cfg = tiny_config(name, n, **({"model.attn_res.num_blocks": 2} if name.endswith("_block") else {}))
-    _, params, tokens, _ = init_and_apply(cfg)
-    out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
-        params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
-    np.testing.assert_allclose(np.asarray(out["depth_weights"]), np.array(want_rows, float), atol=1e-6)
-    ent = [-sum(p * np.log(p) for p in row if p > 0) for row in want_rows]
-    np.testing.assert_allclose(np.asarray(out["stats"]["depth_entropy"]), ent, atol=1e-5)
+  Delta forms the same, less the partial sums and sublayer 0's read. 3 layers."""
+  cfg = tiny_config(name, 3, **({"model.attn_res.num_blocks": 2} if name.endswith("_block") else {}))
+  _, params, tokens, _ = init_and_apply(cfg)
+  out = step.make_diag_fn(cfg, configlib.model_config(cfg))(
+      params, {"inputs": tokens, "targets": tokens, "mask": jnp.ones(tokens.shape)})
+  np.testing.assert_allclose(np.asarray(out["depth_weights"]), np.array(want_rows, float), atol=1e-6)
+  ent = [-sum(p * np.log(p) for p in row if p > 0) for row in want_rows]
+  np.testing.assert_allclose(np.asarray(out["stats"]["depth_entropy"]), ent, atol=1e-5)
 
 
 @pytest.mark.parametrize("n,use,scale", [(0, True, 1.0), (3, True, 1.0), (5, False, 1.0), (2, True, 300.0)])

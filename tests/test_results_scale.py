@@ -93,7 +93,7 @@ def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
     assert len(drawn) == len(set(drawn)) >= len(results.figs.FIGURES), drawn
 
 
-@pytest.mark.parametrize("launcher", ["local", "slurm"])
+@pytest.mark.parametrize("launcher", ["local", pytest.param("slurm", marks=pytest.mark.integration)])
 def test_data_that_matches_nothing_starts_and_writes_nothing(tmp_path, launcher):
   """--data_paths matching no file: the 120-run design is refused in one line before the first run starts or the
   first job is queued; neither the root nor the report directory is created."""

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from test_cli import ENV, ROOT
 
 from resnorm.sweep import sweep_status
@@ -49,11 +51,12 @@ def test_running_without_exit_is_failed_once_a_scheduler_knows_it_ended(tmp_path
   assert (row["state"], row["job"]) == ("pending", "7_5")
 
 
-def test_bad_slurm_flags_are_one_line_and_exit_2(tmp_path):
-  for flag, words in (("--slurm.nodes=0", "--slurm.nodes=0"), ("--slurm.concurrency=-1", "--slurm.concurrency"),
-                      ("--slurm.signal_s=0", "--slurm.signal_s=0 must be >= 1"),
-                      ("--slurm.extra='--qos", "--slurm.extra")):
-    r = subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/smoke.py", f"--root={tmp_path}",
-                        "--launcher=slurm", "--dry_run", flag], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
+@pytest.mark.parametrize("flag, words", [
+    ("--slurm.nodes=0", "--slurm.nodes=0"), pytest.param("--slurm.concurrency=-1", "--slurm.concurrency", marks=pytest.mark.integration),
+    pytest.param("--slurm.signal_s=0", "--slurm.signal_s=0 must be >= 1", marks=pytest.mark.integration),
+    ("--slurm.extra='--qos", "--slurm.extra")])
+def test_bad_slurm_flags_are_one_line_and_exit_2(tmp_path, flag, words):
+  r = subprocess.run([sys.executable, "-m", "resnorm.sweep", "configs/sweeps/smoke.py", f"--root={tmp_path}",
+                      "--launcher=slurm", "--dry_run", flag], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                     timeout=120)
+  assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
