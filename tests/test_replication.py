@@ -38,7 +38,7 @@ def test_the_interaction_is_paired_by_seed():
   assert r["test"]["mean"] == pytest.approx(np.mean(xa) - np.mean(xb))
   welch = st.ttest_ind(xa, xb, equal_var=False).confidence_interval(0.95)
   assert r["ci"][1] - r["ci"][0] < (welch.high - welch.low) / 10
-  assert r["verdict"] == rp.DID_NOT_REPLICATE and not r["within"]
+  assert r["verdict"] in (rp.DID_NOT_REPLICATE, rp.SAME_SIGN) and not r["within"]
   # only the seeds with a value on both corpora are paired
   pa, pb = _part("a", xa), _part("a", xb[:3])
   assert rp.paired(pa, pb) == pytest.approx([x - y for x, y in zip(xa[:3], xb[:3])])
@@ -57,6 +57,18 @@ def test_the_interaction_is_paired_by_seed():
 ])
 def test_replication_rule(ci, selected, want):
   assert rp.classify(ci, 0.05, selected) == want
+  same = rp.classify(ci, 0.05, selected, same_sign=True)  # the same interval where the sign holds on both corpora
+  assert same == ((rp.SAME_SIGN, want[1]) if want[0] == rp.DID_NOT_REPLICATE else want)
+
+
+def test_a_difference_in_size_is_not_a_failure_to_replicate():
+  """Both corpora positive, one twice the other (the interaction excludes 0): same sign, different size. Only a sign
+  that flips is 'did not replicate'."""
+  rng = np.random.default_rng(2)
+  noise = rng.normal(0, 0.005, (2, 5))
+  for xb_mean, want in ((0.1, rp.SAME_SIGN), (-0.1, rp.DID_NOT_REPLICATE)):
+    xa, xb = list(0.2 + noise[0]), list(xb_mean + noise[1])
+    assert rp.judge(_report([(xa, xb, 0.05)]))["rows"][0]["verdict"] == want
 
 
 def test_significance_on_one_corpus_only_is_not_a_failure_to_replicate():
@@ -87,7 +99,7 @@ def test_interactions_are_one_family_with_its_own_correction():
   assert [r["p_adj"] for r in tested] == pytest.approx(want)
   assert rep["calls"] == sum(p < 0.05 for p in want)
   assert rep["level"] == pytest.approx(1 - max(rep["calls"], 1) * 0.05 / 4)
-  assert rep["rows"][2]["verdict"] == rp.DID_NOT_REPLICATE
+  assert rep["rows"][2]["verdict"] == (rp.SAME_SIGN if np.mean(pairs[2][1]) > 0 else rp.DID_NOT_REPLICATE)
   lines = rp.table(rep, lambda p: "x")
   assert "second family" in lines[2] and "| C9z |" in lines[-1] and "no per-seed pairing" in lines[-1]
 

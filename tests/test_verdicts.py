@@ -100,20 +100,31 @@ def test_with_no_call_the_fcr_level_takes_r_as_one_and_intervals_stay_finite():
                                            verdicts.UNDECIDED]
 
 
-@pytest.mark.parametrize("ci, want, small", [
-    ((0.10, 0.40), verdicts.REPRODUCED, False),      # above 0 and reaching delta
-    ((0.001, 0.02), verdicts.REPRODUCED, True),      # above 0, below delta: smaller than claimed
-    ((0.01, 0.30), verdicts.REPRODUCED, False),      # starts below delta but reaches it: not flagged
-    ((-0.40, -0.10), verdicts.OPPOSITE, False),      # below 0
-    ((-0.002, 0.002), verdicts.NOT_REPRODUCED, False),  # reaches 0, below delta: a decided null (C6b)
-    ((-0.15, 0.15), verdicts.UNDECIDED, False),      # reaches 0 and delta (C3b)
-    ((-0.01, 0.05), verdicts.UNDECIDED, False),      # reaching delta exactly is not below it
+E, S, T = verdicts.EFFECT, verdicts.SIZE, verdicts.THRESHOLD
+
+
+@pytest.mark.parametrize("ci, kind, want, flag", [
+    ((0.10, 0.40), E, verdicts.REPRODUCED, None),         # above 0 and reaching delta
+    ((0.001, 0.02), E, verdicts.REPRODUCED, verdicts.SMALLER),  # above 0, below delta: smaller than claimed
+    ((0.01, 0.30), E, verdicts.REPRODUCED, None),         # starts below delta but reaches it: not flagged
+    ((-0.40, -0.10), E, verdicts.OPPOSITE, None),         # below 0, reaching -delta
+    ((-0.04, -0.01), E, verdicts.OPPOSITE, verdicts.SMALL_OPPOSITE),  # below 0, within -delta (C4b on Python)
+    ((-0.002, 0.002), E, verdicts.NOT_REPRODUCED, None),  # reaches 0, below delta: a decided null (C6b)
+    ((-0.15, 0.15), E, verdicts.UNDECIDED, None),         # reaches 0 and delta (C3b)
+    ((-0.01, 0.05), E, verdicts.UNDECIDED, None),         # reaching delta exactly is not below it
+    ((0.10, 0.40), E, verdicts.REPRODUCED, None),         # above delta: an `effect` part has no claimed size
+    ((0.10, 0.40), S, verdicts.REPRODUCED, verdicts.LARGER),  # ... a `size` part does (C15 on Python)
+    ((0.001, 0.02), S, verdicts.REPRODUCED, verdicts.SMALLER),
+    ((0.001, 0.02), T, verdicts.REPRODUCED, None),        # a threshold's claim has no size to fall short of
+    ((-0.239, 0.0198), T, verdicts.UNDECIDED, None),      # C10b on Shakespeare: (0, 0.0198] is still possible
+    ((-0.239, 0.0), T, verdicts.NOT_REPRODUCED, None),    # every positive value excluded: a decided null
+    ((-0.04, -0.01), T, verdicts.OPPOSITE, verdicts.SMALL_OPPOSITE),
 ])
-def test_four_outcome_rule_on_the_interval(ci, want, small):
-  assert verdicts.classify(ci, 0.05) == want
-  assert (want == verdicts.REPRODUCED and verdicts.smaller(ci, 0.05)) == small
+def test_four_outcome_rule_on_the_interval(ci, kind, want, flag):
+  assert verdicts.classify(ci, 0.05, kind=kind) == want
+  assert verdicts.flag(want, ci, 0.05, kind) == flag
   if want in (verdicts.REPRODUCED, verdicts.OPPOSITE):  # only a part the correction selects excludes 0
-    assert verdicts.classify(ci, 0.05, selected=False) in (verdicts.NOT_REPRODUCED, verdicts.UNDECIDED)
+    assert verdicts.classify(ci, 0.05, selected=False, kind=kind) in (verdicts.NOT_REPRODUCED, verdicts.UNDECIDED)
 
 
 def test_finalize_decides_a_null_and_flags_a_small_effect():
@@ -128,7 +139,7 @@ def test_finalize_decides_a_null_and_flags_a_small_effect():
   verdicts.finalize(parts)
   assert [p["verdict"] for p in parts] == [verdicts.REPRODUCED, verdicts.NOT_REPRODUCED, verdicts.REPRODUCED,
                                            verdicts.UNDECIDED]
-  assert [p["smaller"] for p in parts] == [False, False, True, False]
+  assert [p["flag"] for p in parts] == [None, None, verdicts.SMALLER, None]
   for p in parts:
     assert p["verdict"] == verdicts.classify(p["ci"], p["design"].effect, p["selected"])
   assert "decided null" in design.VERDICT_RULE and "smaller than claimed" in design.VERDICT_RULE
@@ -237,3 +248,20 @@ def test_pending_parts_enter_no_test_and_no_correction():
   assert out["m"] == 3 and pending["p_adj"] is None and pending["values_verdict"] == verdicts.PENDING
   want = verdicts.bh([p["test"]["p"] for p in finished])
   assert [p["p_adj"] for p in finished] == pytest.approx(want)
+
+
+def test_a_claim_whose_parts_disagree_in_sign_is_mixed_and_carries_its_parts_flags():
+  """C12's pattern: one part reproduced, another opposite: 'mixed', naming each, not 'opposite'; opposite with a
+  decided null stays opposite; a reproduced claim carries a part's size flag in its words (C14's)."""
+  from resnorm.results import claims as cl
+  part = lambda label, v, flag=None: {"cid": "C12", "label": label, "verdict": v, "flag": flag}
+  mixed = [part("a", verdicts.REPRODUCED), part("b", verdicts.OPPOSITE, verdicts.SMALL_OPPOSITE)]
+  assert cl.combine(p["verdict"] for p in mixed) == cl.MIXED and cl.deciding(mixed) == ["a", "b"]
+  assert cl.worded(mixed) == "mixed (a reproduced, b opposite, b smaller than the effect of interest)"
+  assert cl.combine([verdicts.OPPOSITE, verdicts.NOT_REPRODUCED]) == verdicts.OPPOSITE
+  assert cl.combine([verdicts.PENDING, verdicts.OPPOSITE, verdicts.REPRODUCED]) == verdicts.PENDING
+  small = [part("a", verdicts.REPRODUCED, verdicts.SMALLER)]
+  assert cl.worded(small) == "reproduced (a smaller than claimed)"
+  # a flag on a part whose verdict is out of regime is its values', not the claim's
+  assert cl.worded([part("a", verdicts.OUT_OF_REGIME, verdicts.SMALLER)]) == verdicts.OUT_OF_REGIME
+  assert "mixed" in design.CLAIM_RULE and "larger than" in design.VERDICT_RULE

@@ -25,14 +25,19 @@ from resnorm.results.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos
 from resnorm.results.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
 from resnorm.results.verdicts import NOT_REPRODUCED, OPPOSITE, OUT_OF_REGIME, PENDING, REPRODUCED, UNDECIDED
 
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, OPPOSITE, UNDECIDED, OUT_OF_REGIME, PENDING)
+MIXED = "mixed"   # a claim with one part reproduced and another opposite
+VERDICTS = (REPRODUCED, NOT_REPRODUCED, OPPOSITE, MIXED, UNDECIDED, OUT_OF_REGIME, PENDING)
 COMBINE_RULE = CLAIM_RULE
 
 
 def combine(vs) -> str:
   """design.CLAIM_RULE: a claim's verdict from its parts' verdicts."""
   vs = list(vs)
-  for v in (PENDING, OPPOSITE, NOT_REPRODUCED):
+  if PENDING in vs:
+    return PENDING
+  if OPPOSITE in vs and REPRODUCED in vs:
+    return MIXED
+  for v in (OPPOSITE, NOT_REPRODUCED):
     if v in vs:
       return v
   if vs and all(v == REPRODUCED for v in vs):
@@ -42,9 +47,26 @@ def combine(vs) -> str:
 
 def deciding(parts) -> list[str]:
   """The labels of the parts that decided the claim's verdict (combine's): those with its verdict (every part for
-  reproduced; for undecided, those undecided)."""
+  reproduced; for undecided, those undecided; for mixed, the reproduced and the opposite ones)."""
   v = combine(p["verdict"] for p in parts)
-  return [p["label"] for p in parts if p["verdict"] == v]
+  decided = (REPRODUCED, OPPOSITE) if v == MIXED else (v,)
+  return [p["label"] for p in parts if p["verdict"] in decided]
+
+
+def qualifiers(parts) -> list[str]:
+  """What the claim's one word would drop, as 'a reproduced' (by the part's label, as "decided by" names it): for a
+  mixed claim each deciding part's verdict; for any claim the size flags (verdicts.flag) of its reproduced and
+  opposite parts."""
+  mixed = combine(p["verdict"] for p in parts) == MIXED
+  out = [f"{p['label']} {p['verdict']}" for p in parts if mixed and p["verdict"] in (REPRODUCED, OPPOSITE)]
+  return out + [f"{p['label']} {p['flag']}" for p in parts if p.get("flag") and p["verdict"] in (REPRODUCED, OPPOSITE)]
+
+
+def worded(parts) -> str:
+  """The claim's verdict as the claims table, the findings and the README print it: its word, then its qualifiers
+  in parentheses ('reproduced (a smaller than claimed)', 'mixed (a reproduced, b opposite)')."""
+  q = qualifiers(parts)
+  return combine(p["verdict"] for p in parts) + (f" ({', '.join(q)})" if q else "")
 
 
 # ---- the claims --------------------------------------------------------------------------------------------------
@@ -259,4 +281,5 @@ def judge(by_corpus: dict) -> dict:
     for c in claims:
       c["verdict"] = combine(p["verdict"] for p in c["parts"])
       c["deciding"] = deciding(c["parts"])
+      c["worded"] = worded(c["parts"])
   return out

@@ -25,7 +25,7 @@ import numpy as np
 from resnorm.results import claims as cl
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid, grid_v5, records, verdicts
+from resnorm.results import grid, grid_v5, post_hoc, records, verdicts
 
 
 class Table:
@@ -149,17 +149,18 @@ def part(T: Table, c: str, key) -> dict:
           "design": v5.DESIGN[key], "values": values, "worst_seeds": worst_seeds, "undefined": len(worst_seeds),
           "worst": verdicts.sensitivity(values, worst_seeds),
           "worst_high": verdicts.sensitivity(values, worst_seeds, high=True),
-          "failed_runs": failed, "pending": pending, "test": test}
+          "failed_runs": failed, "pending": pending, "test": test, "kind": post_hoc.kind("v5", *key)}
 
 
 def judge(T: Table) -> tuple[list, dict, dict]:
-  """Every part on every corpus, judged as one family; the claims' verdicts per corpus."""
+  """Every part on every corpus, judged as one family; the claims' verdicts per corpus, as worded (claims.worded:
+  the verdict with its parts' qualifiers)."""
   parts = [part(T, c, key) for c in T.d["corpora"] for key in v5.CLAIMS]
   summary = verdicts.finalize(parts)
   by_claim: dict = {}
   for p in parts:
     by_claim.setdefault((p["cid"], p["corpus"]), []).append(p)
-  claim_verdicts = {k: cl.combine(p["verdict"] for p in ps) for k, ps in by_claim.items()}
+  claim_verdicts = {k: cl.worded(ps) for k, ps in by_claim.items()}
   return parts, summary, claim_verdicts
 
 

@@ -17,22 +17,29 @@ NI_MARGIN = 0.02           # nats/byte: C6c-d's non-inferiority margin for the m
 GAIN_TOL = math.log(1.1)   # C10: "near 1" means within 10%
 
 
+# The rules' texts below are post hoc (written after the last v4 record; resnorm/results/post_hoc.py dates each).
 VERDICT_RULE = (
     "Per part, from its interval at the correction's level, signed so that the claim predicts a positive value, and "
     "its effect of interest delta: **reproduced** when the interval lies above 0 (flagged *smaller than claimed* "
-    "when it also lies below delta: a significant effect reported with its size, never generalised); **opposite** "
-    "when it lies below 0; **not reproduced** when it reaches 0 and lies below delta, so that an effect of the "
-    "claim's size is excluded (a decided null); **undecided** when it reaches both 0 and delta.")
+    "when it also lies below delta: a significant effect reported with its size, never generalised; *larger than "
+    "claimed* when a part whose delta is the paper's own size lies above it); **opposite** when it lies below 0 "
+    "(flagged *smaller than the effect of interest* when it also lies above -delta); **not reproduced** when it "
+    "reaches 0 and lies below delta, so that an effect of the claim's size is excluded (a decided null); "
+    "**undecided** when it reaches both 0 and delta. A threshold part, whose claim holds for any positive value, is "
+    "not reproduced only when its interval excludes every positive value, and is never flagged for size.")
 CLAIM_RULE = (
     "Every part of a claim decides it: the claim is **pending** while a run any part reads has not finished; else "
-    "**opposite** if any part is; else **not reproduced** if any part is; else **reproduced** if every part is; "
-    "else **out of regime** if any part is; else **undecided**. The claims table names the parts that decided it.")
+    "**mixed** if one part is reproduced and another opposite (each named); else **opposite** if any part is; else "
+    "**not reproduced** if any part is; else **reproduced** if every part is; else **out of regime** if any part "
+    "is; else **undecided**. A claim's verdict carries its parts' size flags, and the claims table names the parts "
+    "that decided it.")
 # Replication across the corpora is its own test: per part the paired difference of the two corpora's per-seed
 # values (a seed gives identical initial weights on both corpora), one two-sided t-test per part, Benjamini-Hochberg
-# at REPLICATION["q"] over this second family, its intervals FCR-adjusted within it. The same four outcomes, against
-# the part's effect of interest: "did not replicate" when the interval excludes 0 (flagged "by less than the effect
-# of interest" when it lies within +-delta), "replicated" when it reaches 0 and lies within +-delta, "undecided"
-# otherwise. Significance on one corpus and not on the other is never read as either.
+# at REPLICATION["q"] over this second family, its intervals FCR-adjusted within it. Against the part's effect of
+# interest: where the interval excludes 0, "same sign, different size" if the part's mean has one sign on both
+# corpora (post hoc), "did not replicate" if it flips (flagged "by less than the effect of interest" when it lies
+# within +-delta); "replicated" when it reaches 0 and lies within +-delta, "undecided" otherwise. Significance on
+# one corpus and not on the other is never read as either.
 REPLICATION = {"q": 0.05, "pairing": "seed", "test": "paired t", "correction": "BH, its own family"}
 
 

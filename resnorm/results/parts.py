@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from resnorm.results import grid, verdicts
+from resnorm.results import grid, post_hoc, verdicts
 from resnorm.results.design import DESIGN, seeds
 
 # ---- per-seed quantities (None when a run they need is missing or has no value) -----------------------------------
@@ -104,7 +104,7 @@ def part(R, d, cid, label, what, sign, fn, control: Control = NONE, needs=lambda
          "test": test, "worst": verdicts.sensitivity(x, failed),
          "worst_high": verdicts.sensitivity(x, failed, high=True), "design": design, "reads_runs": reads_runs,
          "recipes": sorted({r for keys in touched.values() for r, _ in keys}, key=repr),
-         "failures": _failure_counts(R, touched), "pending": pending}
+         "failures": _failure_counts(R, touched), "pending": pending, "kind": post_hoc.kind("v4", cid, label)}
   out.update(_regime(R, fn, x, sign, design.tol) if reads_runs and design.tol is not None and x else
              {"trajectory": {}, "regime": None, "settled": None})
   out["note"] = note(out) if note else ""

@@ -2,14 +2,17 @@
 difference of the two corpora's per-seed values (sign-adjusted, so that the claim predicts > 0 on both; one seed gives
 identical initial weights on both corpora, resnorm/step/runtime.py), tested by a two-sided one-sample t-test; one
 Benjamini-Hochberg correction over this second family; intervals FCR-adjusted within it. The verdict, against the
-part's effect of interest delta: "did not replicate" when the interval excludes 0 (flagged "by less than the effect of
-interest" when it also lies within +-delta), "replicated" when it reaches 0 and lies within +-delta, "undecided"
-otherwise. Parts that count failures (pooled discordant pairs) have no per-seed pairing and no interaction test.
+part's effect of interest delta: where the interval excludes 0, "same sign, different size" when the part's mean
+has the same sign on both corpora, "did not replicate" when the sign flips (either flagged "by less than the effect
+of interest" when the interval also lies within +-delta); "replicated" when it reaches 0 and lies within +-delta,
+"undecided" otherwise. Separating sign from size is post hoc (resnorm/results/post_hoc.py). Parts that count
+failures (pooled discordant pairs) have no per-seed pairing and no interaction test.
 """
 from resnorm.results import verdicts
 from resnorm.results.design import REPLICATION
 
 REPLICATED, DID_NOT_REPLICATE, UNDECIDED = "replicated", "did not replicate", "undecided"
+SAME_SIGN = "same sign, different size"
 WITHIN = "by less than the effect of interest"
 NO_TEST = "n/a"
 
@@ -19,14 +22,15 @@ def paired(pa: dict, pb: dict):
   return [pa["x"][s] - pb["x"][s] for s in sorted(set(pa["x"]) & set(pb["x"]))]
 
 
-def classify(ci, delta: float, selected: bool) -> tuple[str, bool]:
-  """(verdict, within): the replication rule on the interaction's interval."""
+def classify(ci, delta: float, selected: bool, same_sign: bool = False) -> tuple[str, bool]:
+  """(verdict, within): the replication rule on the interaction's interval; same_sign: the part's mean has one sign
+  on both corpora."""
   if ci is None:
     return UNDECIDED, False
   lo, hi = ci
   within = -delta < lo and hi < delta
   if selected and (lo > 0 or hi < 0):
-    return DID_NOT_REPLICATE, within
+    return (SAME_SIGN if same_sign else DID_NOT_REPLICATE), within
   return (REPLICATED if within else UNDECIDED), False
 
 
@@ -53,8 +57,14 @@ def judge(by_corpus: dict) -> dict:
     r.setdefault("p_adj", None)
     selected = r["p_adj"] is not None and r["p_adj"] < q and r["test"]["direction"] != 0
     r["ci"] = verdicts.interval(r["test"], level)
-    r["verdict"], r["within"] = classify(r["ci"], r["delta"], selected) if r["test"] else (NO_TEST, False)
+    same = r["test"] is not None and _mean(r["pa"]) * _mean(r["pb"]) > 0
+    r["verdict"], r["within"] = classify(r["ci"], r["delta"], selected, same) if r["test"] else (NO_TEST, False)
   return {"rows": rows, "m": len(tested), "calls": calls, "level": level, "corpora": (a, b)}
+
+
+def _mean(p) -> float:
+  """The part's mean over its seeds on one corpus (sign-adjusted)."""
+  return sum(p["x"].values()) / len(p["x"])
 
 
 def _num(x) -> str:
@@ -87,8 +97,10 @@ def table(rep: dict, shown) -> list[str]:
            f"part the interaction {a} - {b}, the mean over seeds of the paired difference of the two corpora's "
            "per-seed values (a seed gives identical initial weights on both corpora), a two-sided paired t-test, "
            f"Benjamini-Hochberg at q = {REPLICATION['q']} over the {rep['m']} interactions (a second family, beside "
-           f"the parts' own), its intervals FCR-adjusted at {rep['level']:.2%}. **did not replicate**: the interval "
-           "excludes 0 (flagged when it lies within the effect of interest); **replicated**: it reaches 0 and lies "
+           f"the parts' own), its intervals FCR-adjusted at {rep['level']:.2%}. Where the interval excludes 0: "
+           f"**{SAME_SIGN}** when the part's mean has one sign on both corpora, **did not replicate** when its sign "
+           "flips (either flagged when the interval lies within the effect of interest); **replicated**: it reaches 0 "
+           "and lies "
            "within plus or minus the effect of interest; **undecided** otherwise. A verdict on one corpus and "
            "another on the other is not, by itself, a failure to replicate.", "",
            f"| part | {a} | {b} | interaction {a} - {b} (paired, FCR interval) | p (BH, this family) | replication |",

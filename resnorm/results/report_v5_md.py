@@ -9,7 +9,7 @@ import numpy as np
 from resnorm.core.errors import check
 from resnorm.results import claims_v5 as c5
 from resnorm.results import compute_equiv as ce
-from resnorm.results import design, verdicts
+from resnorm.results import design, post_hoc, verdicts
 from resnorm.results import design_v5 as v5
 
 NAMES = {"pystdlib": "Python", "shakespeare": "Shakespeare"}
@@ -66,7 +66,7 @@ def claims_table(parts, claim_verdicts, summary) -> list[str]:
       iv = "pending" if p["pending"] else ("n/a" if t is None else
                                            f"{t['mean']:+.3g} [{p['ci'][0]:+.3g}, {p['ci'][1]:+.3g}] "
                                            f"([{p['ci95'][0]:+.3g}, {p['ci95'][1]:+.3g}])")
-      cells.append(f"{iv} | {p['verdict']}" + (f" ({verdicts.SMALLER})" if p.get("smaller") else "") +
+      cells.append(f"{iv} | {p['verdict']}" + (f" ({p['flag']})" if p.get("flag") else "") +
                    f" | {claim_verdicts[(k[0], c)]}")
     out.append(f"| {k[0]}{k[1]} | " + " | ".join(cells) + " |")
   return out
@@ -213,9 +213,15 @@ def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
   return lines
 
 
+def post_hoc_line() -> str:
+  return ("**Post hoc.** Fixed before the first record: resnorm/results/design_v5.py (commit 84c0ae1). Added after "
+          "it, and so post hoc (resnorm/results/post_hoc.py): " + post_hoc.sentence("v5") + ".")
+
+
 def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[str]:
   m = len(v5.CLAIMS) * len(T.d["corpora"])
-  return [*header, "", *design_lines(T), "", "## Claims", "", *claims_table(parts, claim_verdicts, summary), "",
+  return [*header, "", *design_lines(T), "", post_hoc_line(), "", "## Claims", "",
+          *claims_table(parts, claim_verdicts, summary), "",
           verdicts.CORRECTION.format(q=verdicts.Q, m=summary["m"], level=summary["level"]) + ". " +
           design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *seed_lines(parts, T.d["seeds"]), "",
           *power_lines(m), "",

@@ -5,6 +5,7 @@ import numpy as np
 
 from resnorm.results import claims as cl
 from resnorm.results import design, verdicts
+from resnorm.results import post_hoc as post_hoc_rules
 
 
 def _sd(values):
@@ -40,8 +41,8 @@ def _pv(x) -> str:
 
 
 def _shown(p) -> str:
-  """The verdict as printed: with the values' verdict beside "out of regime", the flag of a reproduced effect smaller
-  than claimed (with the effect of interest), and the worst case where it decided."""
+  """The verdict as printed: with the values' verdict beside "out of regime", its size flag (verdicts.flag, with the
+  effect of interest), and the worst case where it decided."""
   if p["verdict"] == cl.OUT_OF_REGIME:
     return f"out of regime (values: {p['values_verdict']}{_small(p)})"
   extra = ""
@@ -50,8 +51,11 @@ def _shown(p) -> str:
   return p["verdict"] + _small(p) + extra
 
 
+SIDE = {verdicts.SMALLER: "below {:g}", verdicts.LARGER: "above {:g}", verdicts.SMALL_OPPOSITE: "above -{:g}"}
+
+
 def _small(p) -> str:
-  return f", {verdicts.SMALLER}: below {verdicts.effect_of(p):g}" if p.get("smaller") else ""
+  return f", {p['flag']}: {SIDE[p['flag']].format(verdicts.effect_of(p))}" if p.get("flag") else ""
 
 
 def _seeds(c) -> str:
@@ -67,7 +71,7 @@ def _seeds(c) -> str:
 def _cell(c) -> str:
   effect = "; ".join(f"{p['label']}: {_effect(p)} ({_shown(p)})" for p in c["parts"])
   by = ", ".join(c.get("deciding") or []) or "none"
-  return f"**{c['verdict']}** (decided by {by})<br>{effect}<br>seeds {_seeds(c)}"
+  return f"**{c['worded']}** (decided by {by})<br>{effect}<br>seeds {_seeds(c)}"
 
 
 def claims_table(by_corpus, level: float) -> list[str]:
@@ -174,16 +178,10 @@ def design_mdes(by_corpus, d, design_m: int) -> None:
 
 # What report v4 decided after its last record (2026-12-04 17:29 UTC): the rules below, each committed later and so
 # post hoc; the design's blocks, seeds, pilot sds and effects of interest were fixed before its grid (eac5c17).
-POST_HOC = (("the four-outcome verdict rule (reproduced, not reproduced as a decided null, opposite, undecided)",
-             "2026-12-05", "f4c9c25"),
-            ("the replication test across the corpora", "2026-12-05", "45a5394"),
-            ("the findings checker's reading of sentences about Post-Norm's map cells", "2026-12-07", "267016f"))
-
-
 def post_hoc() -> str:
   return ("**Post hoc.** Fixed before the grid: the design's blocks, seeds, pilot sds and effects of interest "
-          "(resnorm/results/design.py, commit eac5c17). Added after the last record, and so post hoc: " +
-          "; ".join(f"{what} ({day}, commit {sha})" for what, day, sha in POST_HOC) + ".")
+          "(resnorm/results/design.py, commit eac5c17). Added after the last record, and so post hoc "
+          "(resnorm/results/post_hoc.py): " + post_hoc_rules.sentence("v4") + ".")
 
 
 def power_table(d, summary) -> list[str]:

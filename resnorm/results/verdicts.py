@@ -18,7 +18,12 @@ claim's predicted sign, so that the claim predicts mean(x) > 0, over the seeds t
   that the claim predicts > 0, and the part's effect of interest delta: **reproduced** when it lies above 0 (flagged
   "smaller than claimed" when it also lies below delta); **opposite** when it lies below 0; **not reproduced** (a
   decided null) when it reaches 0 and lies below delta; **undecided** when it reaches both 0 and delta. Only a part
-  BH selects can be reproduced or opposite.
+  BH selects can be reproduced or opposite. A part's kind (post hoc: resnorm/results/post_hoc.py) says what delta
+  is: `effect` (the smallest effect worth reporting), `size` (the size the paper claims: a reproduced part above it
+  is flagged "larger than claimed") or `threshold` (the claim holds for any value above 0, and delta only sized the
+  design: such a part is a decided null only where its interval excludes every positive value, and carries no size
+  flag). An opposite part whose interval lies within -delta is flagged "smaller than the effect of interest", as a
+  small reproduced one is "smaller than claimed" (flag()).
 - minimum detectable effect, two of them: the a-priori MDE (the design's: the pilot sd at the design level,
   power_table) and the observed MDE (post hoc: the part's own sd at the report's BH level). Both solve for the
   smallest true mean that the two-sided t-test detects with probability POWER on the noncentral t (scipy.stats.nct).
@@ -41,6 +46,10 @@ CHECK_FRACS = (0.5, 0.75, 1.0)   # the fractions of each run's steps at which a 
 REPRODUCED, NOT_REPRODUCED, OPPOSITE, UNDECIDED, OUT_OF_REGIME = "reproduced", "not reproduced", "opposite", \
     "undecided", "out of regime"
 SMALLER = "smaller than claimed"  # the flag of a reproduced part whose interval also lies below its effect of interest
+LARGER = "larger than claimed"    # ... of a reproduced `size` part whose interval lies above the claimed size
+SMALL_OPPOSITE = "smaller than the effect of interest"  # ... of an opposite part whose interval lies within -delta
+FLAGS = (SMALL_OPPOSITE, SMALLER, LARGER)
+EFFECT, SIZE, THRESHOLD = "effect", "size", "threshold"   # part kinds: what its effect of interest is
 PENDING = "pending"  # a run the part reads has not finished (its record is missing): no test, no verdict yet
 CORRECTION = ("Benjamini-Hochberg at q = {q} over all {m} tested parts of the report (both corpora), on two-sided "
               "p-values (directional FDR); intervals FCR-adjusted (Benjamini & Yekutieli 2005) at {level:.2%}, the "
@@ -192,9 +201,10 @@ def calls(pvals, directions) -> list[str]:
           for a, d in zip(bh(list(pvals)), directions)]
 
 
-def classify(ci, effect: float, selected: bool = True) -> str:
+def classify(ci, effect: float, selected: bool = True, kind: str = EFFECT) -> str:
   """The four-outcome rule (design.VERDICT_RULE) on an interval ci = (lo, hi), signed so that the claim predicts a
-  positive value, against the effect of interest. Only a selected part (BH) counts as excluding 0."""
+  positive value, against the effect of interest. Only a selected part (BH) counts as excluding 0. A `threshold`
+  part's claim is every positive value: its null is decided only where the interval excludes them all."""
   if ci is None:
     return UNDECIDED
   lo, hi = ci
@@ -202,12 +212,25 @@ def classify(ci, effect: float, selected: bool = True) -> str:
     return REPRODUCED
   if selected and hi < 0:
     return OPPOSITE
+  if kind == THRESHOLD:
+    return NOT_REPRODUCED if hi <= 0 else UNDECIDED
   return NOT_REPRODUCED if math.isfinite(effect) and hi < effect else UNDECIDED
 
 
-def smaller(ci, effect: float) -> bool:
-  """A reproduced part's flag: its interval lies below the effect of interest too (a significant but small effect)."""
-  return ci is not None and ci[1] < effect
+def flag(verdict: str, ci, effect: float, kind: str = EFFECT) -> str | None:
+  """The size qualifier of a reproduced or opposite part (None if it has none): SMALLER when a reproduced part's
+  interval lies below its effect of interest (not for a threshold part, whose claim has no size), LARGER when a
+  `size` part's lies above the claimed size, SMALL_OPPOSITE when an opposite part's lies above -delta."""
+  if ci is None or not math.isfinite(effect):
+    return None
+  lo, hi = ci
+  if verdict == REPRODUCED and kind != THRESHOLD and hi < effect:
+    return SMALLER
+  if verdict == REPRODUCED and kind == SIZE and lo > effect:
+    return LARGER
+  if verdict == OPPOSITE and lo > -effect:
+    return SMALL_OPPOSITE
+  return None
 
 
 def effect_of(p: dict) -> float:
@@ -230,20 +253,20 @@ def finalize(parts: list[dict]) -> dict:
   calls = sum(p["selected"] for p in parts)
   level = 1 - max(calls, 1) * Q / m
   for p in parts:
-    t, delta = p["test"], effect_of(p)
+    t, delta, kind = p["test"], effect_of(p), p.get("kind", EFFECT)
     p["ci"], p["ci95"] = interval(t, level), interval(t, 0.95)
     p["mde_observed"] = mde(t["sd"], t["n"], design_level(m, calls)) if t and t["kind"] == "t" else None
-    p["values_verdict"] = PENDING if p.get("pending") else classify(p["ci"], delta, p["selected"])
+    p["values_verdict"] = PENDING if p.get("pending") else classify(p["ci"], delta, p["selected"], kind)
     if p["values_verdict"] in (REPRODUCED, OPPOSITE) and p.get("worst") is not None:  # must agree
       if p["values_verdict"] == OPPOSITE and p.get("worst_high") is not None:  # its least favourable is the largest
         p["worst"] = p["worst_high"]
       w = p["worst"]
       w_adj = min(1.0, w["p"] * (p["p_adj"] / t["p"] if t["p"] > 0 else 1.0))
-      p["worst_verdict"] = classify(interval(w, level), delta, w_adj < Q and w["direction"] != 0)
+      p["worst_verdict"] = classify(interval(w, level), delta, w_adj < Q and w["direction"] != 0, kind)
       if p["worst_verdict"] != p["values_verdict"]:
         p["values_verdict"] = UNDECIDED
     if p.get("veto") and p["values_verdict"] == REPRODUCED:  # C6c-d: significantly more failures than the control
       p["values_verdict"] = NOT_REPRODUCED
-    p["smaller"] = p["values_verdict"] == REPRODUCED and smaller(p["ci"], delta)
+    p["flag"] = flag(p["values_verdict"], p["ci"], delta, kind)
     p["verdict"] = p["values_verdict"] if p.get("settled") is not False or p.get("pending") else OUT_OF_REGIME
   return {"m": len(tested), "calls": calls, "level": level}
