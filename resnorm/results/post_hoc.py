@@ -29,10 +29,10 @@ RULES = {
             "2026-12-05", "f4c9c25"),
            ("the replication test across the corpora", "2026-12-05", "45a5394"),
            ("the findings checker's reading of sentences about Post-Norm's map cells", "2026-12-07", "267016f"),
-           (CORRECTED_RULE, "2026-12-07", None)),
+           (CORRECTED_RULE, "2026-12-07", "5bfbbe8")),
     "v5": (("C12a's statistic, the RMS of each sublayer's input (act_rms) in place of its output's, while the "
             "claim's words still say output magnitudes", "2026-12-05", "af57227"),
-           (CORRECTED_RULE, "2026-12-07", None)),
+           (CORRECTED_RULE, "2026-12-07", "5bfbbe8")),
 }
 
 
@@ -44,4 +44,4 @@ def kind(report: str, cid: str, label: str) -> str:
 
 def sentence(report: str) -> str:
   """The page's list of its post hoc rules: 'what (date, commit sha)', '; '-joined."""
-  return "; ".join(f"{what} ({day}" + (f", commit {sha})" if sha else ")") for what, day, sha in RULES[report])
+  return "; ".join(f"{what} ({day}, commit {sha})" for what, day, sha in RULES[report])
