@@ -96,3 +96,48 @@ def test_a_resample_whose_fit_does_not_fall_sits_at_the_least_favourable_end():
   m = compute_equiv.multiplier(pre, place, C_K, C_K, resamples=2000, level=0.9, seed=3)
   assert 0.2 < m.failed_frac < 0.32
   assert m.lo == 0.0 and np.isfinite(m.hi) and m.hi > 1
+
+
+def test_the_t_interval_over_seed_multipliers_is_students_and_wider_than_the_bootstrap():
+  """Each seed's ladder against its own Pre-Norm fit; the t interval of their mean log, in multiplier units, covers
+  the true multiplier at about its level where the percentile bootstrap over the same 5 seeds covers less."""
+  from scipy import stats as st
+  rng = np.random.default_rng(3)
+  pre, place = _ladder(rng, 5, 1.3)
+  logs = compute_equiv.seed_log_multipliers(pre, place, C_K, C_K)
+  for s in range(5):   # seed s alone: its own fit
+    one = compute_equiv.multiplier(pre[:, [s]], place[:, [s]], C_K, C_K, resamples=2)
+    assert np.exp(logs[s]) == pytest.approx(one.value, rel=1e-9)
+  iv = compute_equiv.t_interval(logs)
+  half = st.t.ppf(0.975, 4) * logs.std(ddof=1) / np.sqrt(5)
+  assert (np.log(iv.lo), np.log(iv.value), np.log(iv.hi)) == pytest.approx((logs.mean() - half, logs.mean(),
+                                                                               logs.mean() + half))
+  assert compute_equiv.t_interval([0.1, np.nan]) is None and iv.n == 5
+  hits_t = hits_b = 0
+  for _ in range(60):
+    pre, place = _ladder(rng, 5, 1.3)
+    t = compute_equiv.t_interval(compute_equiv.seed_log_multipliers(pre, place, C_K, C_K))
+    b = compute_equiv.multiplier(pre, place, C_K, C_K, resamples=200)
+    hits_t += t.lo <= 1.3 <= t.hi
+    hits_b += b.lo <= 1.3 <= b.hi
+  assert hits_t >= hits_b and hits_t >= 50, (hits_t, hits_b)
+
+
+def test_the_misfit_range_and_the_interpolation_see_what_the_fit_hides():
+  """Pre-Norm's rungs off any power law (a bend): the leave-one-rung-out fits move the multiplier, and reading
+  between Pre-Norm's own rungs recovers a placement that reaches each rung's loss at exactly 1.5x less compute."""
+  bent = _law(C_K) * np.array([1.0, 0.97, 0.99, 0.985])        # Pre-Norm's rung means, not on one law
+  pre = np.repeat(bent[:, None], 3, axis=1)
+  # the placement reaches, at C_K[k] / 1.5 ... in log-log between rungs: the rung losses at 1.5x less compute
+  c_place = C_K / 1.5
+  place = np.repeat(bent[:, None], 3, axis=1)
+  np.testing.assert_allclose(compute_equiv.interpolated(pre, place, C_K, c_place), 1.5, rtol=1e-9)
+  lo, hi = compute_equiv.leave_one_rung_out(pre, place, C_K, c_place)
+  assert hi - lo > 0.05     # the fit's misfit alone moves it
+  flat = np.repeat(_law(C_K)[:, None], 3, axis=1)
+  lo, hi = compute_equiv.leave_one_rung_out(flat, flat, C_K, c_place)
+  assert lo == pytest.approx(1.5) and hi == pytest.approx(1.5)   # on a law, no rung moves it
+  assert compute_equiv.interpolated(pre[::-1], place, C_K, c_place) is None  # not falling: no reading
+  # beyond the ladder's ends, the end segments extend
+  below = np.repeat((bent * 0.99)[:, None], 3, axis=1)
+  assert all(np.isfinite(compute_equiv.interpolated(pre, below, C_K, C_K)))

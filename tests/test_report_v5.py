@@ -125,12 +125,14 @@ def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(t
   assert f"from the run records in `{grid_v5.DEFAULT_RECORDS}`" in v5_page.replace("From", "from")
 
 
-def test_the_cost_counts_each_arm_and_widths_median_run():
+def test_the_cost_is_the_records_own_run_time_and_the_wall_time_with_a_run_going():
   from resnorm.results import report_v5
-  rec = lambda arm, w, secs: {"recipe": [arm, w, 1], "timing": {"started_at": 100.0, "finished_at": 100.0 + secs}}
-  assert report_v5.run_seconds([rec("hc", 24, 10), rec("hc", 24, 600)]) == 2 * 10  # the low median of two
-  recs = [rec("hc", 24, 10), rec("hc", 24, 12), rec("hc", 24, 600), rec("mhc", 24, 20), rec("hc", 32, 5)]
-  assert report_v5.run_seconds(recs) == 3 * 12 + 20 + 5   # the 600 s run spanned a pause: it counts as 12
+  rec = lambda start, secs: {"recipe": ["hc", 24, 1], "timing": {"started_at": start, "finished_at": start + secs}}
+  recs = [rec(100.0, 10), rec(105.0, 20), rec(1000.0, 5), {"recipe": ["hc", 24, 1], "timing": {}}]
+  assert report_v5.run_seconds(recs) == 10 + 20 + 5
+  # two runs overlapping over [100, 125], then a pause of the grid with no run going, then [1000, 1005]
+  assert report_v5.active_seconds(recs) == 25 + 5
+  assert report_v5.active_seconds([rec(0.0, 100), rec(10.0, 5)]) == 100  # a run inside another adds nothing
 
 
 def test_v5_reads_records_only_where_named_and_writes_the_readme_only_from_this_checkouts_docs(tmp_path):

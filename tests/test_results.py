@@ -26,12 +26,13 @@ def judged(parts, *more):
 
 
 def test_combine():
-  """design.CLAIM_RULE: every part decides; opposite before a decided null, before reproduced-by-all, before out of
-  regime, before undecided; and the parts that decided are named."""
+  """design.CLAIM_RULE: every part decides; mixed where parts are reproduced and opposite, then opposite before a
+  decided null, before reproduced-by-all, before out of regime, before undecided; and the parts that decided are
+  named."""
   R, N, I, O, X = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.UNDECIDED, cl.OUT_OF_REGIME, cl.OPPOSITE
   assert cl.combine([R, R]) == R and cl.combine([R, I]) == I and cl.combine([R, N, I]) == N and cl.combine([]) == I
   assert cl.combine([R, O]) == O and cl.combine([I, O]) == O and cl.combine([N, O]) == N and cl.combine([O, O]) == O
-  assert cl.combine([N, X, R]) == X and cl.combine([X, cl.PENDING]) == cl.PENDING
+  assert cl.combine([N, X, R]) == cl.MIXED and cl.combine([N, X]) == X and cl.combine([X, cl.PENDING]) == cl.PENDING
   parts = [{"label": k, "verdict": v} for k, v in zip("abc", (R, N, I))]
   assert cl.deciding(parts) == ["b"] and cl.deciding(parts[:1]) == ["a"]
 

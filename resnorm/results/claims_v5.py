@@ -111,13 +111,19 @@ def _cv(rows, key):
   return float(x.std() / x.mean())
 
 
-def cv_drop(key):
+def cv_drop(key, kind: int | None = None):
+  """Per seed: Pre-Norm's coefficient of variation of `key` over the top width's sublayers minus the arm's; over
+  every sublayer, or one kind only (kind 0: attention, 1: MLP; the diagnostics list a layer's attention first)."""
   def f(T: Table, c, arm, s):
     top = max(T.d["ladder"])
     if T.recs.get((c, "pre_norm", top, s)) is None or T.recs.get((c, arm, top, s)) is None:
       return None
     pre, place = T.final_diag(c, "pre_norm", top, s), T.final_diag(c, arm, top, s)
-    return math.nan if pre is None or place is None else _cv(pre, key) - _cv(place, key)
+    if pre is None or place is None:
+      return math.nan
+    if kind is not None:
+      pre, place = pre[kind::2], place[kind::2]
+    return _cv(pre, key) - _cv(place, key)
   return f
 
 
@@ -193,3 +199,43 @@ def pre_fit(T: Table, c: str):
 
 def paper_figure(arm: str) -> float | None:
   return next((c.figure for c in v5.CLAIMS.values() if c.arm == arm and c.figure), None)
+
+
+# The costs a multiplier can charge an arm: its FLOPs as resnorm.model.flops computes them (the depth store's masked
+# slots included, so they move with model.depth_chunks), the base model's FLOPs alone (Pre-Norm's at the same width:
+# the papers' accounting, whose extra FLOPs are 1-7% at their scale), and the design's measured step time
+# (design_v5.STEP_MS: Pre-Norm's FLOPs times the arm's step-time ratio at that width).
+ACCOUNTINGS = ("FLOPs as computed", "base FLOPs", "step time")
+
+
+def charged(T: Table, arm: str, accounting: str) -> np.ndarray | None:
+  """[K] the compute charged to the arm at each width under an accounting (ACCOUNTINGS); None for step time at a
+  width the design did not time (a --quick ladder)."""
+  if accounting == ACCOUNTINGS[0]:
+    return computes(T, arm)
+  if accounting == ACCOUNTINGS[2] and not set(T.d["ladder"]) <= set(v5.LADDER_D):
+    return None
+  ratio = 1.0 if accounting == ACCOUNTINGS[1] else np.asarray(
+      [v5.STEP_MS[arm][v5.LADDER_D.index(w)] / v5.STEP_MS["pre_norm"][v5.LADDER_D.index(w)] for w in T.d["ladder"]])
+  return computes(T, "pre_norm") * ratio
+
+
+def dependence(T: Table, c: str) -> dict:
+  """arm -> what its multiplier depends on, over the seeds whose ladders are complete: per accounting the t interval
+  over per-seed multipliers (compute_equiv.t_interval), the range over leave-one-rung-out fits and the per-width
+  multipliers read between Pre-Norm's rungs (both as computed). An arm with fewer than two complete seeds is absent."""
+  out = {}
+  for arm in T.d["arms"][1:]:
+    seeds = [s for s in range(T.d["seeds"]) if ladder(T, c, "pre_norm", s) is not None
+             and ladder(T, c, arm, s) is not None]
+    if len(seeds) < 2:
+      continue
+    pre = np.stack([ladder(T, c, "pre_norm", s) for s in seeds], axis=1)
+    place = np.stack([ladder(T, c, arm, s) for s in seeds], axis=1)
+    args = (pre, place, computes(T, "pre_norm"))
+    costs = {a: charged(T, arm, a) for a in ACCOUNTINGS}
+    out[arm] = {"t": {a: None if k is None else ce.t_interval(ce.seed_log_multipliers(*args, k, fill=v5.FAIL_LOSS))
+                      for a, k in costs.items()},
+                "misfit": ce.leave_one_rung_out(*args, computes(T, arm), fill=v5.FAIL_LOSS),
+                "per_width": ce.interpolated(*args, computes(T, arm), fill=v5.FAIL_LOSS)}
+  return out

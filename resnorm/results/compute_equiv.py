@@ -126,3 +126,72 @@ def side(value: float, m: Multiplier) -> str:
   """Where a paper's multiplier lies against the interval: inside, above (the placement is worth less than the paper
   says) or below (worth more)."""
   return "inside" if inside(value, m) else "above" if value > m.hi else "below"
+
+
+# ---- what a multiplier depends on: its seeds, Pre-Norm's fit, and the cost charged --------------------------------
+
+class Interval(NamedTuple):
+  value: float    # the geometric mean of the per-seed multipliers
+  lo: float       # its t interval (Student's t over the seeds' log multipliers)
+  hi: float
+  n: int          # seeds with a defined multiplier
+
+
+def seed_log_multipliers(pre_KS, place_KS, c_pre_K, c_place_K, fill=None) -> np.ndarray:
+  """[S] mean_k log(C_pre,s(L'_k,s) / C'_k), each seed's placement ladder against that seed's own Pre-Norm fit (the
+  pairing); NaN where a seed's Pre-Norm fit does not fall with compute."""
+  pre, place = _filled(pre_KS, fill), _filled(place_KS, fill)
+  out = []
+  for s in range(pre.shape[1]):
+    fit = fit_power_law(c_pre_K, pre[:, s])
+    out.append(np.nan if fit is None else float(np.mean(np.log(compute_to_reach(fit, place[:, s]))
+                                                         - np.log(np.asarray(c_place_K, np.float64)))))
+  return np.asarray(out)
+
+
+def t_interval(log_m_S, level: float = 0.95) -> Interval | None:
+  """The t interval of the mean log multiplier over seeds (the seeds' spread, not a resample of it: at 5 seeds a
+  percentile bootstrap covers less than its nominal level), in multiplier units. None below two defined seeds."""
+  from scipy import stats as st
+  x = np.asarray(log_m_S, np.float64)
+  x = x[np.isfinite(x)]
+  if x.size < 2:
+    return None
+  half = st.t.ppf((1 + level) / 2, x.size - 1) * x.std(ddof=1) / np.sqrt(x.size)
+  m = float(x.mean())
+  return Interval(float(np.exp(m)), float(np.exp(m - half)), float(np.exp(m + half)), int(x.size))
+
+
+def leave_one_rung_out(pre_KS, place_KS, c_pre_K, c_place_K, fill=None) -> tuple[float, float] | None:
+  """The range of the multiplier (seed means) over Pre-Norm fits that each leave one rung of its ladder out: how
+  far the fit's misfit alone moves it, which every seed shares and a seed interval cannot see. None when a fit
+  does not fall or the ladder has fewer than three rungs."""
+  pre, place = _filled(pre_KS, fill), _filled(place_KS, fill)
+  c_pre = np.asarray(c_pre_K, np.float64)
+  if pre.shape[0] < 3:
+    return None
+  values = []
+  for k in range(pre.shape[0]):
+    keep = np.arange(pre.shape[0]) != k
+    fit = fit_power_law(c_pre[keep], pre[keep].mean(axis=1))
+    if fit is None:
+      return None
+    values.append(float(np.exp(np.mean(np.log(compute_to_reach(fit, place.mean(axis=1)))
+                                       - np.log(np.asarray(c_place_K, np.float64))))))
+  return min(values), max(values)
+
+
+def interpolated(pre_KS, place_KS, c_pre_K, c_place_K, fill=None) -> tuple | None:
+  """Per rung, Pre-Norm's compute to reach the placement's mean loss read between Pre-Norm's own rungs (piecewise
+  linear in log loss and log compute, the end segments extended), over the placement's compute: per-width
+  multipliers free of the power law's misfit. None when Pre-Norm's rung means do not fall strictly with compute."""
+  pre, place = _filled(pre_KS, fill), _filled(place_KS, fill)
+  log_l, log_c = np.log(pre.mean(axis=1)), np.log(np.asarray(c_pre_K, np.float64))
+  if not np.all(np.diff(log_l) < 0):
+    return None
+  out = []
+  for target, c in zip(np.log(place.mean(axis=1)), np.asarray(c_place_K, np.float64)):
+    j = int(np.clip(np.searchsorted(-log_l, -target), 1, len(log_l) - 1))   # the segment [j-1, j] around target
+    t = (target - log_l[j - 1]) / (log_l[j] - log_l[j - 1])
+    out.append(float(np.exp(log_c[j - 1] + t * (log_c[j] - log_c[j - 1])) / c))
+  return tuple(out)

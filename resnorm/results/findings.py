@@ -68,11 +68,10 @@ def readme_block(by_corpus: dict, summary: dict, design_rows: list[dict]) -> lis
   corpora = list(by_corpus)
   t_rows = [r for r in design_rows if r["decidable"] is not None]
   no = [r["part"] for r in t_rows if not r["decidable"]]
-  out = [f"From [docs/results.md](docs/results.md) (records in `results/v4`). Each part's verdict comes from its "
-         "interval against the effect of interest declared before the grid (resnorm/results/design.py); not "
-         "reproduced is a decided null. The rule is post hoc (written after the last record). By the power table's "
-         "own a-priori MDE "
-         f"{len(no)} of {len(t_rows)} t-test parts cannot detect their effect of interest.", ""]
+  out = [f"From [docs/results.md](docs/results.md) (records in `results/v4`): each part's verdict from its interval "
+         "against the effect of interest fixed before the grid; not reproduced is a decided null. The rule is post "
+         f"hoc. By the power table's a-priori MDE, {len(no)} of {len(t_rows)} t-test parts cannot detect their effect "
+         "of interest.", ""]
   claims = []
   for i, c in enumerate(by_corpus[corpora[0]]):
     per = {k: by_corpus[k][i] for k in corpora}

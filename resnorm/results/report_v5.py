@@ -89,15 +89,24 @@ def from_flags(FLAGS, own_records: bool) -> int:
   return rc
 
 
+def _spans(recs) -> list[tuple[float, float]]:
+  return sorted((t["started_at"], t["finished_at"]) for t in (r.get("timing") or {} for r in recs)
+                if t.get("started_at") is not None and t.get("finished_at") is not None)
+
+
 def run_seconds(recs) -> float:
-  """Per (arm, width): the (low) median start-to-finish seconds of its finished runs, times their number; summed."""
-  import statistics
-  by: dict = {}
-  for r in recs:
-    t = r.get("timing") or {}
-    if t.get("started_at") and t.get("finished_at"):
-      by.setdefault(tuple(r["recipe"][:2]), []).append(t["finished_at"] - t["started_at"])
-  return sum(statistics.median_low(v) * len(v) for v in by.values())  # low: of two runs, one may have spanned a pause
+  """The records' own run time: every finished run's start-to-finish seconds, summed."""
+  return sum(b - a for a, b in _spans(recs))
+
+
+def active_seconds(recs) -> float:
+  """The wall time during which at least one run was going: the union of the runs' start-to-finish intervals (a
+  pause of the whole grid, with no run going, does not count)."""
+  total, end = 0.0, -float("inf")
+  for a, b in _spans(recs):
+    total += max(0.0, b - max(a, end))
+    end = max(end, b)
+  return total
 
 
 def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False, readme: str | None = None) -> str:
@@ -137,19 +146,19 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
       f"{', '.join(f'`{f}`' for f in sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
       f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
       "learned nothing beyond byte frequencies). Every number below is read from the records.",
-      "", f"Cost: {run_s / 3600:.2f} run-hours, {run_s / 7200:.2f} hours of wall time at two runs at a time (about; per "
-      "arm and width the median run's start-to-finish time, times its runs: a run that spanned a pause of the grid "
-      f"does not count its pause); the design's budget model (design_v5.run_s) gives {model_s / 3600:.2f} hours "
-      "for these runs.",
+      "", f"Cost, from the records' own times: {run_s / 3600:.2f} run-hours (each run's start to finish, summed) and "
+      f"{active_seconds(recs) / 3600:.2f} hours of wall time with a run going (the union of those intervals); the "
+      f"design's budget model (design_v5.run_s) gave {model_s / 3600:.2f} hours of wall time for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
   page = "\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n"
   # spliced before the figure and the page are written (the README read again: it may have changed meanwhile),
   # then written whole: a README that lost its markers leaves every file as it was
-  new_readme = md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts, mults)) \
+  t_mults = md.t_multipliers(T, mults)
+  new_readme = md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts, t_mults)) \
       if readme is not None else None
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)
-  md.figure(T, mults, os.path.join(out, md.FIGURE))
+  md.figure(T, t_mults, os.path.join(out, md.FIGURE))
   path = os.path.join(out, "results_v5.md")
   storage.write_text(path, page)
   if new_readme is not None:
