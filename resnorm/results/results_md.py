@@ -121,7 +121,7 @@ def _regime_cell(p) -> str:
 
 def claim_section(c, corpus, fig_names) -> list[str]:
   seeds = sorted({s for p in c["parts"] for s in p["planned"]})
-  lines = [f"#### {corpus}: **{c['verdict']}**", "",
+  lines = [f"#### {corpus}: **{c['worded']}**", "",
            "| part | measured per seed (paired) | predicted | " + " | ".join(f"seed {s}" for s in seeds) +
            " | mean ± std | mean, FCR interval | 95% CI | p (BH) | effect of interest | a-priori MDE (design, pilot sd) | "
            "observed MDE (post hoc, observed sd) | failures | condition; regime | verdict |",
