@@ -265,3 +265,17 @@ def test_a_claim_whose_parts_disagree_in_sign_is_mixed_and_carries_its_parts_fla
   # a flag on a part whose verdict is out of regime is its values', not the claim's
   assert cl.worded([part("a", verdicts.OUT_OF_REGIME, verdicts.SMALLER)]) == verdicts.OUT_OF_REGIME
   assert "mixed" in design.CLAIM_RULE and "larger than" in design.VERDICT_RULE
+
+
+def test_every_declared_part_kind_names_a_part_of_its_report_and_each_page_lists_its_post_hoc_rules():
+  """A misspelt part in post_hoc.KINDS would leave that part judged as `effect` without a word: each key is a part of
+  its report's design, and each kind is one the rule reads."""
+  from resnorm.results import design_v5, post_hoc
+  designs = {"v4": design.DESIGN, "v5": design_v5.DESIGN}
+  for report, kinds in post_hoc.KINDS.items():
+    assert set(kinds) <= set(designs[report]), report
+    assert set(kinds.values()) <= {verdicts.EFFECT, verdicts.SIZE, verdicts.THRESHOLD}
+  assert post_hoc.kind("v4", "C10", "b") == verdicts.THRESHOLD and post_hoc.kind("v4", "C4", "b") == verdicts.EFFECT
+  for report in post_hoc.RULES:
+    text = post_hoc.paragraph(report)
+    assert all(f"({day}, commit {sha})" in text for _, day, sha in post_hoc.RULES[report]), text

@@ -36,12 +36,22 @@ RULES = {
 }
 
 
+# What each report fixed before its records, and when its later rules came, as its page says them.
+FIXED = {"v4": ("the design's blocks, seeds, pilot sds and effects of interest (resnorm/results/design.py, commit "
+                "eac5c17), before the grid", "after the last record"),
+         "v5": ("resnorm/results/design_v5.py (commit 84c0ae1), before the first record", "after the first record")}
+
+
 def kind(report: str, cid: str, label: str) -> str:
   """The part's kind (verdicts.EFFECT unless KINDS declares another)."""
   from resnorm.results.verdicts import EFFECT
   return KINDS[report].get((cid, label), EFFECT)
 
 
-def sentence(report: str) -> str:
-  """The page's list of its post hoc rules: 'what (date, commit sha)', '; '-joined."""
-  return "; ".join(f"{what} ({day}, commit {sha})" for what, day, sha in RULES[report])
+def paragraph(report: str) -> str:
+  """The page's "Post hoc" paragraph: what was fixed before the records, then each rule added after them with its
+  date and commit."""
+  fixed, after = FIXED[report]
+  return (f"**Post hoc.** Fixed: {fixed}. Added {after}, and so post hoc "
+          "(resnorm/results/post_hoc.py): " + "; ".join(f"{what} ({day}, commit {sha})" for what, day, sha in
+                                                      RULES[report]) + ".")

@@ -310,14 +310,9 @@ def _c12_by_kind(T) -> list[str]:
   return out
 
 
-def post_hoc_line() -> str:
-  return ("**Post hoc.** Fixed before the first record: resnorm/results/design_v5.py (commit 84c0ae1). Added after "
-          "it, and so post hoc (resnorm/results/post_hoc.py): " + post_hoc.sentence("v5") + ".")
-
-
 def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[str]:
   m = len(v5.CLAIMS) * len(T.d["corpora"])
-  return [*header, "", *design_lines(T), "", post_hoc_line(), "", "## Claims", "",
+  return [*header, "", *design_lines(T), "", post_hoc.paragraph("v5"), "", "## Claims", "",
           *claims_table(parts, claim_verdicts, summary), "",
           verdicts.CORRECTION.format(q=verdicts.Q, m=summary["m"], level=summary["level"]) + ". " +
           design.VERDICT_RULE + " " + design.CLAIM_RULE, "", *seed_lines(parts, T.d["seeds"]), "",

@@ -178,18 +178,12 @@ def design_mdes(by_corpus, d, design_m: int) -> None:
 
 # What report v4 decided after its last record (2026-12-04 17:29 UTC): the rules below, each committed later and so
 # post hoc; the design's blocks, seeds, pilot sds and effects of interest were fixed before its grid (eac5c17).
-def post_hoc() -> str:
-  return ("**Post hoc.** Fixed before the grid: the design's blocks, seeds, pilot sds and effects of interest "
-          "(resnorm/results/design.py, commit eac5c17). Added after the last record, and so post hoc "
-          "(resnorm/results/post_hoc.py): " + post_hoc_rules.sentence("v4") + ".")
-
-
 def power_table(d, summary) -> list[str]:
   """The design's power table (verdicts.power_table), as declared before the grid."""
   rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)
   level = rows[0]["level"] if rows else 0.0
   t_rows = [r for r in rows if r["decidable"] is not None]
-  out = [post_hoc(), "",
+  out = [post_hoc_rules.paragraph("v4"), "",
          f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
          f"seed (report v3's tables), its seeds, and the a-priori minimum detectable effect at 80% power of the two-sided "
          f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
