@@ -302,3 +302,33 @@ def test_each_accounting_charges_its_own_cost_and_c12_reads_one_sublayer_kind():
   assert c5.cv_drop("act_rms", 0)(Diag(), "pystdlib", "attn_res", 0) == pytest.approx(cv)
   assert c5.cv_drop("act_rms", 1)(Diag(), "pystdlib", "attn_res", 0) == pytest.approx(-cv)
   assert c5.cv_drop("act_rms")(Diag(), "pystdlib", "attn_res", 0) == pytest.approx(0.0)
+
+
+def test_the_figure_and_readme_multipliers_are_the_flops_as_computed_t_intervals(tmp_path):
+  """t_multipliers (the figure's and the README's) is the first accounting's t interval, not the base FLOPs'."""
+  mult = {"pre_norm": 1.0, "mudd": 1.3}
+  T = write(tmp_path, lambda c, a, w, s: law_loss(a, w, s, mult[a], noise=0.01 * (a != "pre_norm")), only=mult)
+  mults = {c: c5.multipliers(T, c, resamples=20) for c in D["corpora"]}
+  tm = md.t_multipliers(T, mults)
+  dep = c5.dependence(T, "pystdlib")["mudd"]["t"]
+  assert tm["pystdlib"]["mudd"] == dep["FLOPs as computed"] != dep["base FLOPs"]
+
+
+def test_c12_by_kind_rows_read_their_own_sublayers():
+  """_c12_by_kind's attention row is cv_drop over the attention sublayers (a layer's first), its MLP row over the
+  MLP ones: here Pre-Norm varies over its attention inputs only and AttnRes over its MLP ones."""
+  top = max(D["ladder"])
+
+  class Diag:
+    d = D
+    recs = {(c, a, top, s): {} for c in D["corpora"] for a in ("pre_norm", "attn_res") for s in range(D["seeds"])}
+
+    def final_diag(self, c, arm, w, s):
+      flat, vary = [1.0, 1.0, 1.0], [1.0, 2.0, 3.0 + 0.1 * s]
+      att, mlp = (vary, flat) if arm == "pre_norm" else (flat, vary)
+      return [{"act_rms": x, "grad_norm": x} for pair in zip(att, mlp) for x in pair]
+  rows = {tuple(r.split(" | ")[:2]): r for r in md._c12_by_kind(Diag()) if r.startswith("| C12")}
+  for kind, name in ((0, "attention"), (1, "MLP")):
+    x = [c5.cv_drop("act_rms", kind)(Diag(), "pystdlib", "attn_res", s) for s in range(D["seeds"])]
+    assert (x[0] > 0) == (kind == 0)
+    assert rows[("| C12a: act_rms", name)].split(" | ")[2].startswith(f"{np.mean(x):+.3g} ["), rows

@@ -141,3 +141,16 @@ def test_the_misfit_range_and_the_interpolation_see_what_the_fit_hides():
   # beyond the ladder's ends, the end segments extend
   below = np.repeat((bent * 0.99)[:, None], 3, axis=1)
   assert all(np.isfinite(compute_equiv.interpolated(pre, below, C_K, C_K)))
+
+
+def test_the_compute_charged_is_the_placements_and_the_first_segment_extends_below_the_ladder():
+  """The same losses as Pre-Norm at 1.5x less compute: 1.5 per seed. A mean loss above Pre-Norm's first rung reads
+  Pre-Norm's first segment extended (not the second)."""
+  pre = np.repeat(_law(C_K)[:, None], 3, axis=1)
+  np.testing.assert_allclose(np.exp(compute_equiv.seed_log_multipliers(pre, pre, C_K, C_K / 1.5)), 1.5, rtol=1e-9)
+  bent = _law(C_K) * np.array([1.0, 0.97, 0.99, 0.985])
+  above = np.repeat((bent * 1.01)[:, None], 2, axis=1)
+  got = compute_equiv.interpolated(np.repeat(bent[:, None], 2, axis=1), above, C_K, C_K)
+  ll, lc = np.log(bent), np.log(C_K)
+  t = (np.log(bent[0] * 1.01) - ll[0]) / (ll[1] - ll[0])
+  assert got[0] == pytest.approx(np.exp(lc[0] + t * (lc[1] - lc[0])) / C_K[0], rel=1e-9)

@@ -115,3 +115,37 @@ def test_a_verdict_said_of_both_corpora_must_hold_on_both():
   assert findings.check("C4 reproduced.", f) == []
   problems = findings.check("C4 reproduced on both corpora.", f)
   assert problems and "C4 is not 'reproduced' on both corpora" in problems[0], problems
+
+
+def _hand_report(flag_b=None):
+  """One claim, one part, on both corpora: reproduced on each; flag_b flags it on the second corpus."""
+  from resnorm.results import claims as cl
+  from resnorm.results import verdicts
+
+  class D:
+    effect = 0.05
+  out = {}
+  for corpus, flag in (("pystdlib", None), ("shakespeare", flag_b)):
+    p = {"cid": "C9", "label": "a", "verdict": verdicts.REPRODUCED, "values_verdict": verdicts.REPRODUCED,
+         "flag": flag, "sign": 1, "ci": (0.01, 0.02), "test": {"kind": "t", "mean": 0.015}, "design": D}
+    out[corpus] = [{"id": "C9", "verdict": cl.combine([p["verdict"]]), "worded": cl.worded([p]),
+                    "deciding": cl.deciding([p]), "parts": [p]}]
+  return out
+
+
+def test_a_claim_reads_on_both_corpora_only_when_its_words_are_the_same_on_both():
+  from resnorm.results import verdicts
+  same = findings.readme_block(_hand_report(), {}, [])
+  assert "C9 reproduced on both corpora (decided by a)" in "\n".join(same)
+  differ = "\n".join(findings.readme_block(_hand_report(verdicts.SMALLER), {}, []))
+  assert "C9 reproduced on Python (decided by a), reproduced (a smaller than claimed) on Shakespeare" in differ
+
+
+def test_the_checker_reads_same_sign_different_size_as_a_replication_verdict():
+  from resnorm.results import replication as rp
+  f = {"numbers": [], "parts": {"C4a": {}}, "claims": {}, "corpora": ["pystdlib", "shakespeare"], "cells": {},
+       "replication": {"C4a": rp.DID_NOT_REPLICATE}}
+  said = "C4a is same sign, different size across the corpora."
+  problems = findings.check(said, f)
+  assert any("C4a is not 'same sign, different size'" in x for x in problems), problems
+  assert findings.check(said, dict(f, replication={"C4a": rp.SAME_SIGN})) == []

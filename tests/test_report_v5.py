@@ -133,6 +133,7 @@ def test_the_cost_is_the_records_own_run_time_and_the_wall_time_with_a_run_going
   # two runs overlapping over [100, 125], then a pause of the grid with no run going, then [1000, 1005]
   assert report_v5.active_seconds(recs) == 25 + 5
   assert report_v5.active_seconds([rec(0.0, 100), rec(10.0, 5)]) == 100  # a run inside another adds nothing
+  assert report_v5.active_seconds([rec(0.0, 100), rec(10.0, 5), rec(50.0, 10)]) == 100  # nor one after it, inside
 
 
 def test_v5_reads_records_only_where_named_and_writes_the_readme_only_from_this_checkouts_docs(tmp_path):

@@ -114,6 +114,7 @@ E, S, T = verdicts.EFFECT, verdicts.SIZE, verdicts.THRESHOLD
     ((-0.01, 0.05), E, verdicts.UNDECIDED, None),         # reaching delta exactly is not below it
     ((0.10, 0.40), E, verdicts.REPRODUCED, None),         # above delta: an `effect` part has no claimed size
     ((0.10, 0.40), S, verdicts.REPRODUCED, verdicts.LARGER),  # ... a `size` part does (C15 on Python)
+    ((0.03, 0.40), S, verdicts.REPRODUCED, None),         # reaching below the claimed size: not larger
     ((0.001, 0.02), S, verdicts.REPRODUCED, verdicts.SMALLER),
     ((0.001, 0.02), T, verdicts.REPRODUCED, None),        # a threshold's claim has no size to fall short of
     ((-0.239, 0.0198), T, verdicts.UNDECIDED, None),      # C10b on Shakespeare: (0, 0.0198] is still possible
@@ -279,3 +280,13 @@ def test_every_declared_part_kind_names_a_part_of_its_report_and_each_page_lists
   for report in post_hoc.RULES:
     text = post_hoc.paragraph(report)
     assert all(f"({day}, commit {sha})" in text for _, day, sha in post_hoc.RULES[report]), text
+
+
+def test_the_flag_reads_the_interval_at_the_corrections_level_not_the_unadjusted_one():
+  """One small effect among 19 nulls: its 95% interval lies below the effect of interest, its FCR interval (at
+  1 - q/20) reaches it, and the flag follows the decision's interval: not 'smaller than claimed'."""
+  small = {"test": verdicts.t_test([0.010, 0.0125, 0.011, 0.0105]), "design": _D(0.014)}
+  nulls = [{"test": verdicts.t_test([0.3, -0.3, 0.2, -0.2]), "design": _D(0.05)} for _ in range(19)]
+  verdicts.finalize([small, *nulls])
+  assert small["verdict"] == verdicts.REPRODUCED and small["ci95"][1] < 0.014 < small["ci"][1]
+  assert small["flag"] is None
