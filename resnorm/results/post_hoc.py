@@ -11,7 +11,7 @@ The kinds were declared on 2026-12-07, after both reports' records, from each pa
   size, which an interval can lie above as well as below.
 Every other part is `effect`: its effect of interest is the smallest effect worth reporting.
 """
-from resnorm.results.verdicts import SIZE, THRESHOLD
+from resnorm.results.verdicts import EFFECT, SIZE, THRESHOLD
 
 KINDS = {
     "v4": {("C1", "c"): THRESHOLD, ("C6", "c"): THRESHOLD, ("C6", "d"): THRESHOLD, ("C7", "a"): THRESHOLD,
@@ -44,7 +44,6 @@ FIXED = {"v4": ("the design's blocks, seeds, pilot sds and effects of interest (
 
 def kind(report: str, cid: str, label: str) -> str:
   """The part's kind (verdicts.EFFECT unless KINDS declares another)."""
-  from resnorm.results.verdicts import EFFECT
   return KINDS[report].get((cid, label), EFFECT)
 
 

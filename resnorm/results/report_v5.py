@@ -151,10 +151,10 @@ def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = Fals
       f"design's budget model (design_v5.run_s) gave {model_s / 3600:.2f} hours of wall time for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
-  page = "\n".join(md.page(T, parts, summary, claim_verdicts, mults, header)) + "\n"
+  t_mults = md.t_multipliers(T, mults)
+  page = "\n".join(md.page(T, parts, summary, claim_verdicts, mults, t_mults, header)) + "\n"
   # spliced before the figure and the page are written (the README read again: it may have changed meanwhile),
   # then written whole: a README that lost its markers leaves every file as it was
-  t_mults = md.t_multipliers(T, mults)
   new_readme = md.splice_readme(storage.read_text(readme), md.findings(T, parts, claim_verdicts, t_mults)) \
       if readme is not None else None
   os.makedirs(os.path.join(out, "figures"), exist_ok=True)

@@ -103,11 +103,6 @@ def _t(iv) -> str:
   return "n/a" if iv is None else f"{iv.value:.2f}x [{iv.lo:.2f}, {iv.hi:.2f}]"
 
 
-def _against(fig, iv) -> str:
-  return "" if fig is None or iv is None else ("inside" if iv.lo <= fig <= iv.hi else
-                                               "above" if fig > iv.hi else "below")
-
-
 def multiplier_lines(T, mults: dict) -> list[str]:
   """Per arm and corpus the multiplier under each cost accounting (t intervals over the seeds), the pooled figure
   with its bootstrap, the misfit range and the per-width multipliers read between Pre-Norm's rungs."""
@@ -124,7 +119,8 @@ def multiplier_lines(T, mults: dict) -> list[str]:
         continue
       per = "n/a" if dp["per_width"] is None else ", ".join(f"{x:.2f}" for x in dp["per_width"])
       misfit = "n/a" if dp["misfit"] is None else f"{dp['misfit'][0]:.2f}-{dp['misfit'][1]:.2f}x"
-      paper = "" if fig is None else f"{fig:.2f}x: " + ", ".join(_against(fig, dp["t"][a]) for a in acc)
+      paper = "" if fig is None else f"{fig:.2f}x: " + ", ".join(
+          "" if dp["t"][a] is None else ce.side(fig, dp["t"][a]) for a in acc)
       beyond = "" if isinstance(m, str) or m.extrapolation < 1.005 else \
           f" (read {m.extrapolation:.2f}x beyond the ladder)"
       out.append(f"| {arm} | {c} | " + " | ".join(_t(dp["t"][a]) for a in acc) + f" | {_x(m)}{beyond} | {misfit} | "
@@ -273,20 +269,25 @@ def context_lines(T) -> list[str]:
            "recipe. A multiplier here measures these placements at this scale and this lr, not the papers' claims "
            "at theirs.", ""]
   for c in T.d["corpora"]:
-    diffs = [c5.gain(T, c, "attn_res_block", s) - c5.gain(T, c, "attn_res", s) for s in range(T.d["seeds"])
-             if c5.gain(T, c, "attn_res_block", s) is not None and c5.gain(T, c, "attn_res", s) is not None]
-    t = verdicts.t_test(diffs)
-    iv = verdicts.interval(t, 0.95)
+    gains = [(c5.gain(T, c, "attn_res_block", s), c5.gain(T, c, "attn_res", s)) for s in range(T.d["seeds"])]
+    diffs = [b - f for b, f in gains if b is not None and f is not None]
     lines.append(f"- **C13 as measured, {NAMES.get(c, c)}**: Block's loss gain over Pre-Norm minus Full's, "
-                 + ("pending" if iv is None else f"{t['mean']:+.3g} [{iv[0]:+.3g}, {iv[1]:+.3g}] nats/byte "
-                    f"(95% t, {t['n']} seeds)") + ".")
+                 + (f"{_t95(diffs)} nats/byte (95% t, {len(diffs)} seeds)" if len(diffs) > 1 else "pending") + ".")
   lines += ["", "C13's statistic (Block's gain minus half of Full's) reads \"Block recovers most of Full's gain\"; "
             "where the interval above lies above 0, Block gains more than Full, and the claim holds because Full "
-            "gains little.", "", *_c12_by_kind(T), "", "**Cost.** C16 (LAuReL) and C17 (DenseFormer) claim their gain \"at negligible cost\", and their "
+            "gains little.", "", *_c12_by_kind(T), "",
+            "**Cost.** C16 (LAuReL) and C17 (DenseFormer) claim their gain \"at negligible cost\", and their "
             "statistic tests the loss only: the cost is not tested. The design's own step times put LAuReL at "
             f"{_step_cost('laurel')} a step over Pre-Norm across the ladder, and DenseFormer at "
             f"{_step_cost('denseformer')}: not negligible at this scale (the step-time column above charges it)."]
   return lines
+
+
+def _t95(x) -> str:
+  """'mean [95% t interval]' of two or more per-seed values."""
+  t = verdicts.t_test(x)
+  lo, hi = verdicts.interval(t, 0.95)
+  return f"{t['mean']:+.3g} [{lo:+.3g}, {hi:+.3g}]"
 
 
 def _c12_by_kind(T) -> list[str]:
@@ -303,14 +304,12 @@ def _c12_by_kind(T) -> list[str]:
       for c in T.d["corpora"]:
         f = c5.cv_drop(key, kind)
         x = [v for v in (f(T, c, "attn_res", s) for s in range(T.d["seeds"])) if v is not None and math.isfinite(v)]
-        t = verdicts.t_test(x)
-        iv = verdicts.interval(t, 0.95)
-        cells.append("n/a" if iv is None else f"{t['mean']:+.3g} [{iv[0]:+.3g}, {iv[1]:+.3g}]")
+        cells.append(_t95(x) if len(x) > 1 else "n/a")
       out.append(f"| {part}: {key} | {name} | " + " | ".join(cells) + " |")
   return out
 
 
-def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[str]:
+def page(T, parts, summary, claim_verdicts, mults, t_mults, header: list[str]) -> list[str]:
   m = len(v5.CLAIMS) * len(T.d["corpora"])
   return [*header, "", *design_lines(T), "", post_hoc.paragraph("v5"), "", "## Claims", "",
           *claims_table(parts, claim_verdicts, summary), "",
@@ -319,7 +318,7 @@ def page(T, parts, summary, claim_verdicts, mults, header: list[str]) -> list[st
           *power_lines(m), "",
           "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "", *context_lines(T), "",
           f"![loss against compute, and the multipliers beside the papers' figures]({FIGURE})",
-          "", "## Findings", "", *findings(T, parts, claim_verdicts, t_multipliers(T, mults))]
+          "", "## Findings", "", *findings(T, parts, claim_verdicts, t_mults)]
 
 
 def findings_block(text: str) -> tuple[int, int]:

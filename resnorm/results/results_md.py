@@ -176,8 +176,6 @@ def design_mdes(by_corpus, d, design_m: int) -> None:
         p["mde_design"] = mdes.get(f"{c['id']}{p['label']}")
 
 
-# What report v4 decided after its last record (2026-12-04 17:29 UTC): the rules below, each committed later and so
-# post hoc; the design's blocks, seeds, pilot sds and effects of interest were fixed before its grid (eac5c17).
 def power_table(d, summary) -> list[str]:
   """The design's power table (verdicts.power_table), as declared before the grid."""
   rows = verdicts.power_table(cl.DESIGN, d["block_seeds"], summary["design_m"], cl.DESIGN_CALLS)

@@ -48,7 +48,6 @@ REPRODUCED, NOT_REPRODUCED, OPPOSITE, UNDECIDED, OUT_OF_REGIME = "reproduced", "
 SMALLER = "smaller than claimed"  # the flag of a reproduced part whose interval also lies below its effect of interest
 LARGER = "larger than claimed"    # ... of a reproduced `size` part whose interval lies above the claimed size
 SMALL_OPPOSITE = "smaller than the effect of interest"  # ... of an opposite part whose interval lies within -delta
-FLAGS = (SMALL_OPPOSITE, SMALLER, LARGER)
 EFFECT, SIZE, THRESHOLD = "effect", "size", "threshold"   # part kinds: what its effect of interest is
 PENDING = "pending"  # a run the part reads has not finished (its record is missing): no test, no verdict yet
 CORRECTION = ("Benjamini-Hochberg at q = {q} over all {m} tested parts of the report (both corpora), on two-sided "
