@@ -171,11 +171,6 @@ def test_the_readme_findings_name_every_placement_and_its_verdicts(tmp_path):
   assert all(f"**{a}**" in l for a, l in zip(D["arms"][1:], lines))
   one = cv[("C11", "pystdlib")] == cv[("C11", "shakespeare")]
   assert ("C11 " + cv[("C11", "pystdlib")] + (" on both corpora" if one else " on Python")) in lines[0]
-  text = md.splice_readme(f"a\n{md.BEGIN}\nold\n{md.END}\nb", lines)
-  assert text.startswith(f"a\n{md.BEGIN}\n- **attn_res_block**") and text.endswith(f"{md.END}\nb") and "old" not in text
-  for broken in (f"a\n{md.BEGIN}\nold\nb", f"a\n{md.END}\n{md.BEGIN}\nb"):  # a marker edited away, or out of order
-    with pytest.raises(InputError, match="README.md has no v5 findings block"):
-      md.splice_readme(broken, lines)
 
 
 def test_the_page_puts_each_corpus_in_its_own_column_and_says_both_only_when_both_agree(tmp_path):

@@ -25,14 +25,15 @@ def report(tmp_path_factory):
                      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
   from resnorm.results import claims as cl
-  from resnorm.results import results
+  from resnorm.results import results_md
+  from resnorm.results.specs import v4
   d = grid.design(sweep_file.FULL, "full")
   Rs = {c: cl.Runs("", d, c, RECORDS) for c in d["corpora"]}
-  by_corpus, summary = results.evaluate_claims(Rs, d)
+  by_corpus, summary = v4.evaluate_claims(Rs, d)
   tables = (out / "results.md").read_text()
   return {"d": d, "Rs": Rs, "by_corpus": by_corpus, "summary": summary,
           "facts": findings.facts(by_corpus, summary, tables, findings.map_cells(Rs, d)),
-          "k": results.run_counts(Rs, d)}
+          "k": results_md.run_counts(Rs, d)}
 
 
 def _notes():
@@ -53,9 +54,9 @@ def test_the_readme_findings_and_caption_are_the_generated_ones(report):
   text = _readme()
   rows = verdicts.power_table(cl.DESIGN, report["d"]["block_seeds"], report["summary"]["design_m"], cl.DESIGN_CALLS)
   block = findings.readme_block(report["by_corpus"], report["summary"], rows)
-  assert findings.between(text, findings.BEGIN, findings.END) == block
+  assert findings.FINDINGS.lines(text) == block
   cap = findings.caption(report["k"], report["d"], findings.post_norm_map(report["Rs"], report["d"]))
-  assert findings.between(text, findings.CAPTION_BEGIN, findings.CAPTION_END) == cap
+  assert findings.CAPTION.lines(text) == cap
   assert "672 runs" not in text and "12 layers every Post-Norm cell" not in text
   assert findings.check("\n".join(block + cap), report["facts"]) == []
 
@@ -86,7 +87,7 @@ def test_a_planted_error_in_the_notes_is_caught(report, old, new, why):
 
 
 def test_a_planted_error_in_the_readme_findings_is_caught(report):
-  block = findings.between(_readme(), findings.BEGIN, findings.END)
+  block = findings.FINDINGS.lines(_readme())
   wrong = [l.replace("C6 not reproduced on both corpora", "C6 reproduced on both corpora") for l in block]
   assert wrong != block
   assert any("C6 is not 'reproduced'" in p for p in findings.check("\n".join(wrong), report["facts"]))
@@ -97,13 +98,6 @@ def test_items_and_numbers_are_read_as_written():
   f = {"numbers": [0.387, 96.88, 8.87e-05], "parts": {}, "claims": {}, "replication": {}, "corpora": ["pystdlib"]}
   assert findings.check("0.39, 0.387, 97% and 8.9e-05, on 2026-12-04 at 14:58 in `eac5c17`", f) == []
   assert findings.check("0.38", f) == ["the number 0.38 is not in the tables"]
-
-
-def test_a_readme_without_markers_is_refused_in_one_line():
-  with pytest.raises(records.InputError, match="has no generated block"):
-    findings.splice("no markers here", findings.BEGIN, findings.END, ["x"], "README.md")
-  text = f"a\n{findings.BEGIN}\nold\n{findings.END}\nb"
-  assert findings.splice(text, findings.BEGIN, findings.END, ["new"], "R") == f"a\n{findings.BEGIN}\nnew\n{findings.END}\nb"
 
 
 def test_a_verdict_said_of_both_corpora_must_hold_on_both():

@@ -227,5 +227,5 @@ def test_no_records_is_refused_and_the_default_report_is_kept(tmp_path, where):
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
   assert str(recs) in r.stderr and "Traceback" not in r.stderr
   assert {"missing": "is not a directory", "empty": "holds no run record",
-          "not this design": "holds no record of this design"}[where] in r.stderr
+          "not this design": "holds no record of report v4's runs"}[where] in r.stderr
   assert page.read_text() == "the report\n" and sorted(os.listdir(tmp_path / "docs")) == ["results.md"]

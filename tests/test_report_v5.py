@@ -1,4 +1,4 @@
-"""resnorm/results/grid_v5.py and report_v5.py: the grid names every run once with a valid config; points with a
+"""resnorm/results/grid_v5.py and specs/v5.py: the grid names every run once with a valid config; points with a
 record are left out of the sweep; the page rebuilds from committed records alone (real test-size runs), the same
 twice but for the line that says when; a damaged record stops it in one line; and, in the integration suite, the
 test-size grid runs, records each run and reports end to end."""
@@ -125,25 +125,12 @@ def test_from_records_alone_rebuilds_both_reports_from_the_repositorys_records(t
   assert f"from the run records in `{grid_v5.DEFAULT_RECORDS}`" in v5_page.replace("From", "from")
 
 
-def test_the_cost_is_the_records_own_run_time_and_the_wall_time_with_a_run_going():
-  from resnorm.results import report_v5
-  rec = lambda start, secs: {"recipe": ["hc", 24, 1], "timing": {"started_at": start, "finished_at": start + secs}}
-  recs = [rec(100.0, 10), rec(105.0, 20), rec(1000.0, 5), {"recipe": ["hc", 24, 1], "timing": {}}]
-  assert report_v5.run_seconds(recs) == 10 + 20 + 5
-  # two runs overlapping over [100, 125], then a pause of the grid with no run going, then [1000, 1005]
-  assert report_v5.active_seconds(recs) == 25 + 5
-  assert report_v5.active_seconds([rec(0.0, 100), rec(10.0, 5)]) == 100  # a run inside another adds nothing
-  assert report_v5.active_seconds([rec(0.0, 100), rec(10.0, 5), rec(50.0, 10)]) == 100  # nor one after it, inside
-
-
-def test_v5_reads_records_only_where_named_and_writes_the_readme_only_from_this_checkouts_docs(tmp_path):
-  from resnorm.results import report_v5
-  default = os.path.join(ROOT, grid_v5.DEFAULT_RECORDS)
-  assert report_v5.records_dir("/x/v5", own_records=True) == "/x/v5"
-  assert report_v5.records_dir("/x/v4", own_records=False) == default == report_v5.records_dir(None, True)
-  assert report_v5.writes_readme(os.path.join(ROOT, "docs"), "full")
-  assert not report_v5.writes_readme(os.path.join(ROOT, "docs"), "test")
-  assert not report_v5.writes_readme(str(tmp_path / "docs"), "full")
+def _page(d, recs, out, readme=None) -> str:
+  """Report v5's page as the engine writes it from the records in recs (and the README's block, where given)."""
+  from resnorm.results.engine import driver
+  from resnorm.results.engine.spec import Plan
+  from resnorm.results.specs import v5 as spec
+  return open(driver.write(spec.SPEC, Plan(d, recs, str(out), "", str(readme) if readme else None), False, 0.0)).read()
 
 
 def _tree(root):
@@ -154,61 +141,15 @@ def _tree(root):
           for d, _, files in os.walk(root) for f in files}
 
 
-@pytest.mark.parametrize("broken", ["both markers", "the start marker", "the end marker"])
-def test_a_readme_without_its_v5_markers_is_refused_before_anything_is_written(tmp_path, broken):
-  """The README's v5 markers edited away (both, or one: the start marker's loss once read as offset -1) -> one line,
-  and the README, the page and the figure left byte for byte as they were, none written first."""
-  import shutil
-  from resnorm.core.errors import InputError
-  from resnorm.results import report_v5
-  from resnorm.results import report_v5_md as md
-  out = tmp_path / "docs"
-  (out / "figures").mkdir(parents=True)
-  for f in ("results_v5.md", md.FIGURE):
-    shutil.copy(os.path.join(ROOT, "docs", f), out / f)
-  text = open(os.path.join(ROOT, "README.md")).read()
-  assert text.count(md.BEGIN) == text.count(md.END) == 1
-  cut = {"both markers": (md.BEGIN, md.END), "the start marker": (md.BEGIN,), "the end marker": (md.END,)}[broken]
-  for marker in cut:
-    text = text.replace(marker, "")
-  readme = tmp_path / "README.md"
-  readme.write_text(text)
-  before = _tree(tmp_path)
-  for recs in (COMMITTED, str(tmp_path / "no_records")):   # checked before any record is read
-    with pytest.raises(InputError) as e:
-      report_v5.write_report(grid_v5.design("test"), recs, str(out), readme=str(readme))
-    assert str(e.value).startswith("README.md has no v5 findings block") and "\n" not in str(e.value)
-    assert _tree(tmp_path) == before
-
-
 def test_the_readme_given_gets_the_pages_findings_between_its_markers(tmp_path):
-  """write_report puts the page's own findings lines between the README's v5 markers, the rest as it was."""
-  from resnorm.results import report_v5
+  """The engine puts the page's own findings lines between the README's v5 markers, the rest as it was."""
   from resnorm.results import report_v5_md as md
   readme = tmp_path / "README.md"
   readme.write_text(f"a\n{md.BEGIN}\nold\n{md.END}\nb\n")
-  page = open(report_v5.write_report(grid_v5.design("test"), COMMITTED, str(tmp_path / "out"),
-                                     readme=str(readme))).read()
+  page = _page(grid_v5.design("test"), COMMITTED, tmp_path / "out", readme)
   found = page.split("## Findings\n\n", 1)[1].rstrip("\n")
   assert found.startswith("- **attn_res_block**")
   assert readme.read_text() == f"a\n{md.BEGIN}\n{found}\n{md.END}\nb\n"
-
-
-def test_from_records_into_this_checkouts_docs_regenerates_this_checkouts_readme(tmp_path, monkeypatch):
-  """from_flags hands write_report this checkout's README for docs/ at the full size, and none for another --out
-  (write_report stubbed: nothing is written)."""
-  import types
-  from resnorm.results import report_v5
-  given = []
-  monkeypatch.setattr(report_v5, "write_report", lambda d, recs, out, accept, readme=None: given.append(readme) or out)
-  monkeypatch.setenv(grid.SIZE_ENV, "full")
-  class Flags(types.SimpleNamespace):  # absl's FLAGS, with no --slurm.* flags given
-    __iter__ = lambda self: iter(())
-  for out in (os.path.join(ROOT, "docs"), str(tmp_path)):
-    FLAGS = Flags(quick=False, scale="cpu", records=None, from_records=True, root=None, jobs=2, launcher="local",
-                  out=out, accept_fingerprints=False)
-    assert report_v5.from_flags(FLAGS, own_records=False) == 0
-  assert given == [os.path.join(ROOT, "README.md"), None]
 
 
 def test_from_records_with_the_readmes_v5_markers_removed_writes_nothing(tmp_path):
@@ -232,7 +173,7 @@ def test_from_records_with_the_readmes_v5_markers_removed_writes_nothing(tmp_pat
 
 
 def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
-  from resnorm.results import records, report_v5
+  from resnorm.results import records
   d = grid_v5.design("full")
   recs = tmp_path / "records"
   for (arm, status, learned, loss) in (("pre_norm", "completed", True, 3.0), ("hc", "diverged", None, None),
@@ -243,19 +184,5 @@ def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
            "fingerprint": "f" * 16, "provenance": {"git_commit": "0" * 40}, "timing": {}}
     rec["digest"] = records._digest(rec)  # noqa: SLF001
     records.write(grid.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
-  page = open(report_v5.write_report(d, str(recs), str(tmp_path / "out"))).read()
+  page = _page(d, str(recs), tmp_path / "out")
   assert "Runs: 3 of 360 finished (1 diverged, 1 learned nothing beyond byte frequencies)" in page
-
-
-def test_a_failed_run_still_leaves_a_page_of_the_others_and_the_sweeps_exit_code(tmp_path, monkeypatch):
-  import types
-  from resnorm.results import report_v5
-  monkeypatch.setenv(grid.SIZE_ENV, "test")
-  monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)  # from_flags sets it: restored after
-  monkeypatch.setattr(report_v5, "run_grid", lambda *a, **k: 1)  # one run of the sweep failed; the rest recorded
-  class Flags(types.SimpleNamespace):  # absl's FLAGS, with no --slurm.* flags given
-    __iter__ = lambda self: iter(())
-  FLAGS = Flags(quick=False, scale="cpu", records=COMMITTED, from_records=False, root=None, jobs=2, launcher="local",
-                out=str(tmp_path), accept_fingerprints=False)
-  assert report_v5.from_flags(FLAGS, own_records=True) == 1
-  assert "Runs: 16 of 16 finished" in (tmp_path / "results_v5.md").read_text()

@@ -52,14 +52,14 @@ def test_tpu_design_and_its_budget(monkeypatch):
 
 def test_unfinished_lists_every_run_not_finished(tmp_path):
   """The report of a partly finished grid names each run that has not finished, with its state."""
-  from resnorm.results import results
+  from resnorm.results import results_md
   d = grid.design(sweep_file.FULL, "test")
   pts = grid.points(d)
   (c0, r0, s0), (c1, r1, s1) = pts[0], pts[1]
   _fake_run(tmp_path, r0, s0, 3.0, corpus=c0)
   _fake_run(tmp_path, r1, s1, 3.0, status="interrupted", corpus=c1)
   Rs = {c: cl.Runs(str(tmp_path), d, c) for c in d["corpora"]}
-  out = results.unfinished(Rs, d)
+  out = results_md.unfinished(Rs, d)
   assert len(out) == len(pts) - 1
   assert out[0] == f"`{grid.run_name(r1, s1, c1)}` (interrupted)"
   assert out[1] == f"`{grid.run_name(*pts[2][1:], pts[2][0])}` (no summary yet: pending or running)"
@@ -80,17 +80,19 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
 def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   """A partial report (the SLURM or TPU grid still running) writes every figure, even one whose runs are all
   missing; a log axis with no data must not crash it (it did, on a real partial grid)."""
-  from resnorm.results import results
+  from resnorm.results import results_figs
+  from resnorm.results.engine.spec import Plan
+  from resnorm.results.specs import v4
   d = grid.design(sweep_file.FULL, "test")
-  Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in d["corpora"]}
-  path = results.write_report(Rs, d, str(tmp_path / "out"), 0.0)
-  text = open(path).read()
+  plan = Plan(d, None, str(tmp_path / "out"), str(tmp_path / "runs"), None)
+  ledger, Rs = v4.SPEC.read(plan)
+  text = "\n".join(v4.SPEC.build(plan, ledger, Rs, 0.0).page)
   assert f"**Unfinished: {len(grid.points(d))} of {len(grid.points(d))} runs**" in text
   # a run that has not finished is unfinished, not a statistic that had not settled
   assert "Parts whose own statistic was not shown settled by the end of their runs: none." in text
   for c in d["corpora"]:
     drawn = sorted(os.listdir(tmp_path / "out" / "figures" / c))
-    assert len(drawn) == len(set(drawn)) >= len(results.figs.FIGURES), drawn
+    assert len(drawn) == len(set(drawn)) >= len(results_figs.FIGURES), drawn
 
 
 @pytest.mark.parametrize("launcher", ["local", pytest.param("slurm", marks=pytest.mark.integration)])

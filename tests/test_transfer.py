@@ -253,17 +253,17 @@ def test_the_test_grid_runs_records_grows_and_reports(tmp_path):
 
 
 def records_design_sha():
-  from resnorm.results.transfer import run
-  return run.design_identity()["design_sha256"]
+  from resnorm.results.specs import transfer
+  return transfer.design_identity()["design_sha256"]
 
 
 def test_the_repositorys_records_name_this_design():
   """The design is fixed before the first record: every committed record names the design file's bytes as they are
   (an edit to the design after the grid started fails here)."""
-  from resnorm.results.transfer import run
+  from resnorm.results.specs import transfer
   recs = os.path.join(ROOT, grid.DEFAULT_RECORDS, D.CORPUS)
   names = sorted(os.listdir(recs)) if os.path.isdir(recs) else []
-  want = run.design_identity()
+  want = transfer.design_identity()
   for n in names:
     rec = json.load(open(os.path.join(recs, n)))
     assert (rec["design"], rec["design_sha256"]) == (want["design"], want["design_sha256"]), n

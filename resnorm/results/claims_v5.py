@@ -18,7 +18,6 @@ included) x the tokens trained, and whether the paper's multiplier lies inside t
 """
 import functools
 import math
-import os
 
 import numpy as np
 
@@ -26,20 +25,18 @@ from resnorm.results import claims as cl
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design_v5 as v5
 from resnorm.results import grid, grid_v5, post_hoc, records, verdicts
+from resnorm.results.engine.ledger import Ledger
 
 
 class Table:
   """The grid's records, by (corpus, arm, width, seed): read and checked (records.read) once."""
 
   def __init__(self, d, records_dir: str):
-    self.d, self.records_dir, self.recs, self.fingerprints, self.digests = d, records_dir, {}, {}, {}
+    self.d, self.records_dir, self.ledger = d, records_dir, Ledger(records_dir)
     for c, p, s in grid_v5.points(d):
       path = grid.record_path(records_dir, c, grid_v5.run_name(p, s, c))
-      if os.path.exists(path):
-        rec = records.read(path, records.identity(p, c, s))
-        self.recs[(c, p.arm, p.d, s)] = rec
-        self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
-        self.digests.setdefault(rec["digest"], set()).add(path)
+      self.ledger.read((c, p.arm, p.d, s), path, records.identity(p, c, s))
+    self.recs, self.fingerprints = self.ledger.recs, self.ledger.fingerprints
 
   def loss(self, c, arm, w, s) -> float | None:
     """The final eval loss; FAIL_LOSS for a diverged run (or a non-finite loss); None while it has no record."""

@@ -6,7 +6,7 @@ import os
 import matplotlib.ticker
 import numpy as np
 
-from resnorm.core.errors import check
+from resnorm.results.engine.readme import Block
 from resnorm.results import claims_v5 as c5
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design, post_hoc, verdicts
@@ -16,6 +16,7 @@ NAMES = {"pystdlib": "Python", "shakespeare": "Shakespeare"}
 BEGIN = ("<!-- findings v5: generated from the run records by `python -m resnorm.results` "
          "(resnorm/results/report_v5_md.py); edits between these markers are overwritten -->")
 END = "<!-- /findings v5 -->"
+FINDINGS = Block(BEGIN, END, "v5 findings")
 FIGURE = "figures/v5_loss_compute.png"
 
 
@@ -319,18 +320,3 @@ def page(T, parts, summary, claim_verdicts, mults, t_mults, header: list[str]) -
           "## Compute-equivalent multipliers", "", *multiplier_lines(T, mults), "", *context_lines(T), "",
           f"![loss against compute, and the multipliers beside the papers' figures]({FIGURE})",
           "", "## Findings", "", *findings(T, parts, claim_verdicts, t_mults)]
-
-
-def findings_block(text: str) -> tuple[int, int]:
-  """Where the README's v5 findings block lies (its start and end markers' offsets); one line if the markers are
-  not both there, in order."""
-  i, j = text.find(BEGIN), text.find(END)
-  check(0 <= i < j, f"README.md has no v5 findings block between the markers {BEGIN[:22]}... and {END}: restore "
-        "them (git show HEAD:README.md) and rerun")
-  return i, j
-
-
-def splice_readme(text: str, lines: list[str]) -> str:
-  """The README with its v5 findings block replaced (it must have the markers, in order)."""
-  i, j = findings_block(text)
-  return text[:i] + "\n".join([BEGIN, *lines, ""]) + text[j:]

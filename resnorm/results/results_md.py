@@ -1,10 +1,13 @@
 """The markdown of docs/results.md: the claims table, each claim's per-part rows (test, intervals at the correction's
 level and at 95%, the a-priori and the observed minimum detectable effect, failures, condition, regime, verdict), the
-power table and the rule. The comparison of the two corpora is resnorm/results/replication.py's."""
+power table and the rule; the stability maps, the run counts and the design in words. The comparison of the two
+corpora is resnorm/results/replication.py's."""
+import os
+
 import numpy as np
 
 from resnorm.results import claims as cl
-from resnorm.results import design, verdicts
+from resnorm.results import design, grid, records, verdicts
 from resnorm.results import post_hoc as post_hoc_rules
 
 
@@ -220,3 +223,122 @@ def rule_text(summary, d) -> str:
 def values_cell(p) -> str:
   """A part's values verdict and effect, for the table of both corpora."""
   return f"{p['values_verdict']}{_small(p)} ({_effect(p)})"
+
+
+def map_tables(R, d) -> list[str]:
+  from resnorm.results import results_figs as figs  # matplotlib: only where a page is built
+  cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
+  out = []
+  for L in d["map_depths"]:
+    out += [f"**{R.corpus}, {L} layers** (final eval loss, mean ± std over the seeds that trained, neither diverged "
+            "nor stalled; then how many seeds diverged or stalled)", "",
+            "| variant | " + " | ".join(f"lr {lr:g} warmup {f:.0%}" for lr, f in cols) + " |",
+            "|---|" + "---|" * len(cols)]
+    for v in d["variants"]:
+      cells = []
+      for lr, f in cols:
+        r = grid.Recipe(v, L, lr, f, d["steps"])
+        if r not in grid.blocks(d):
+          cells.append("not run")
+          continue
+        seeds = grid.seeds_of(d, r)
+        mean, std, div, stall, done = figs.cell_stats(R, r, seeds)
+        cells.append(figs.cell_label(mean, std, div, stall, done, len(seeds), sep=", ", with_std=True))
+      out.append(f"| {v} | " + " | ".join(cells) + " |")
+    out.append("")
+  return out
+
+
+def run_counts(Rs, d) -> dict:
+  names = grid.points(d)
+  runs = [Rs[c].run(r, s) for c, r, s in names]
+  done = [x["summary"] for x in runs if x]
+  secs = sum(sum(x.get(k) or 0 for k in ("startup_s", "train_s")) for x in done)
+  starts = [x["started_at"] for x in done if x.get("started_at")]
+  ends = [x["finished_at"] for x in done if x.get("finished_at")]
+  commits = sorted({(x.get("provenance") or {}).get("git_commit") or "unknown" for x in done})
+  return {"runs": len(names), "finished": len(done), "diverged": sum(bool(x) and x["diverged"] for x in runs),
+          "stalled": sum(bool(x) and x["stalled"] for x in runs), "run_minutes": secs / 60,
+          "flagged": sum("learned_beyond_unigram" in x for x in done),
+          "wall_minutes": (max(ends) - min(starts)) / 60 if starts and ends else None,
+          "first": min(starts) if starts else None, "last": max(ends) if ends else None, "commits": commits,
+          "dirty": any((x.get("provenance") or {}).get("git_dirty") for x in done)}
+
+
+def machine() -> str:
+  """This machine, in words: CPU model and cores (as a run record names them), OS, Python and jax versions."""
+  import platform
+  import jax
+  return (f"{records.machine()}, {platform.system()} {platform.release()}, Python {platform.python_version()}, "
+          f"jax {jax.__version__}")
+
+
+def when(ts) -> str:
+  import datetime
+  return "n/a" if ts is None else datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
+      "%Y-%m-%d %H:%M UTC")
+
+
+def flags_note(k) -> str:
+  if k["flagged"] == k["finished"]:
+    return ""
+  return f"; {k['finished'] - k['flagged']} runs predate summary.json's learned_beyond_unigram and count as not stalled"
+
+
+CORPUS_TEXT = {"pystdlib": "Python source bytes", "shakespeare": "the complete works, English verse and prose",
+               grid.TPU_CORPUS: "the shards given by --data_paths"}
+
+
+def design_text(d) -> str:
+  lg = d["long"]
+  cfg = grid.config(d, next(iter(d["corpora"])), {})
+  seeds = ", ".join(f"{b} {n}" for b, n in d["block_seeds"].items())
+  return (f"Corpora: {', '.join(f'`{c}` ({CORPUS_TEXT.get(c, c)})' for c in d['corpora'])}, every recipe on each. "
+          f"Model (`{d['config']}`): d {cfg.model.d_model}, {cfg.model.num_heads} heads, MLP {cfg.model.mlp_dim}, "
+          f"{cfg.model.dtype}, {d['steps']} steps, batch {cfg.train.batch_size} x {cfg.data.seq_len} bytes, seeds "
+          f"per block of runs ({seeds}; fixed by the power table below) (paired: a seed gives every variant the same base weights and data order). "
+          f"Stability map: {', '.join(d['variants'])} at {' and '.join(map(str, d['map_depths']))} layers, lr "
+          f"{', '.join(f'{x:g}' for x in d['lrs'])}, warmup "
+          f"{', '.join(_warmup(d, f) for f in d['warmup_fracs'])}. "
+          f"Reference recipe: lr {d['ref_lr']:g}, warmup {d['ref_warmup_frac']:.0%}. Depth sweep (C4): "
+          f"{list(d['depths'])} layers at {d['horizon']} steps; C2b and C5 compare the {d['pair_layers']}-layer pair "
+          f"of it (where both variants train). Init diagnostics (C1, C2): {list(d['init_depths'])} layers, Xavier "
+          f"init. Eval: {_eval_text(cfg)}. Longer training (C7): {lg['layers']} layers, lr {lg['lr']:g}, "
+          f"{lg['steps']} steps.")
+
+
+def _warmup(d, f) -> str:
+  return f"{f:.0%} ({grid.warmup_steps(d['steps'], f)} steps)"
+
+
+def _eval_text(cfg) -> str:
+  dc = cfg.data
+  if dc.get("eval_set", "head") == "stratified":
+    return (f"{dc.eval_bytes:,} target bytes drawn across every validation document by a fixed stratified rule (the "
+            f"same bytes for every run and seed), at 25, 50, 75 and 100% of each run's steps; training reads pieces "
+            f"of at most {dc.piece_bytes:,} bytes, shuffled across the training split by the seed")
+  return f"the first {dc.eval_batches} batches of the validation split"
+
+
+def source(Rs) -> str:
+  """Where the runs were read from: their records (with the code's fingerprint) or their workdirs."""
+  R = next(iter(Rs.values()))
+  if not R.records_dir:
+    return ""
+  fps = sorted({fp for R in Rs.values() for fp in R.fingerprints})
+  where = os.path.relpath(R.records_dir, grid.ROOT) if R.records_dir.startswith(grid.ROOT + os.sep) else R.records_dir
+  return (f"Read from the run records in `{where}` (code fingerprint{'s' if len(fps) > 1 else ''} "
+          f"{', '.join(f'`{f}`' for f in fps) or 'n/a'}; resnorm/results/records.py). ")
+
+
+def unfinished(Rs, d) -> list[str]:
+  """One line per run of the design that has not finished (neither completed nor diverged), with its state."""
+  from resnorm.sweep import sweep
+  out = []
+  for c, r, s in grid.points(d):
+    if Rs[c].run(r, s) is None:
+      name = grid.run_name(r, s, c)
+      state = "no record yet: pending" if Rs[c].records_dir else \
+          sweep.status(Rs[c].root, name) or "no summary yet: pending or running"
+      out.append(f"`{name}` ({state})")
+  return out

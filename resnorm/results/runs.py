@@ -12,11 +12,11 @@ class Runs:
   """The grid's runs (root/<run name>/) and init diagnostics (root/init/), by recipe and seed; with `records`, the
   records under records/<corpus>/ instead (root is then unused)."""
 
-  def __init__(self, root: str, d: dict, corpus: str = "pystdlib", records_dir: str | None = None):
+  def __init__(self, root: str, d: dict, corpus: str = "pystdlib", records_dir: str | None = None, ledger=None):
+    from resnorm.results.engine.ledger import Ledger
     self.root, self.d, self.corpus, self._cache = root, d, corpus, {}
     self.records_dir = records_dir
-    self.fingerprints: dict = {}  # fingerprint -> the record files read with it (records only)
-    self.digests: dict = {}       # digest -> the record files read with it (records only: one record, one name)
+    self.ledger = ledger or Ledger(records_dir)  # every record read, with its fingerprint and digest (records only)
     self.frac = 1.0       # where in its run each run is read (at()): its end by default
     self.subset = False   # at(subset=True): losses on the eval set's fixed subset, at every fraction (like with like)
     self.touched = None   # part() records here the runs a statistic reads
@@ -46,10 +46,17 @@ class Runs:
   def record_path(self, name: str) -> str:
     return storage.join(self.records_dir, self.corpus, f"{name}.json")
 
+  @property
+  def fingerprints(self) -> dict:
+    return self.ledger.fingerprints
+
+  @property
+  def digests(self) -> dict:
+    return self.ledger.digests
+
   def _checked(self, path: str, expect: dict) -> dict:
     rec = records.read(path, expect)
-    self.fingerprints.setdefault(rec["fingerprint"], set()).add(path)
-    self.digests.setdefault(rec["digest"], set()).add(path)
+    self.ledger.add(None, path, rec)
     return rec
 
   def _read_record(self, path: str, expect: dict) -> dict | None:

@@ -8,8 +8,7 @@ import os
 
 import numpy as np
 
-from resnorm.core.errors import check
-from resnorm.io import storage
+from resnorm.results.engine.readme import Block
 from resnorm.results.transfer import design as D
 from resnorm.results.transfer import grid, study
 
@@ -19,6 +18,7 @@ CHECKS = "transfer_checks.md"
 BEGIN = ("<!-- transfer findings: generated from the run records by `python -m resnorm.results --report=transfer` "
          "(resnorm/results/transfer/page.py); edits between these markers are overwritten -->")
 END = "<!-- /transfer findings -->"
+FINDINGS = Block(BEGIN, END, "transfer findings")
 
 
 def lr_of(k: float) -> str:
@@ -188,13 +188,6 @@ def page(d, S, stats, shifts, records_dir) -> list[str]:
            "what has none)." if unfinished else "All cells finished.")]
 
 
-def findings_block(text: str) -> tuple[int, int]:
-  i, j = text.find(BEGIN), text.find(END)
-  check(0 <= i < j, f"README.md has no transfer findings block between the markers {BEGIN[:24]}... and {END}: "
-        "restore them (git show HEAD:README.md) and rerun")
-  return i, j
-
-
 def readme_lines(d, shifts) -> list[str]:
   """The README's two lines: depth and width, which placements transfer under which parametrization, with hulls."""
   out = []
@@ -207,36 +200,3 @@ def readme_lines(d, shifts) -> list[str]:
     n = sum(s.axis == axis and s.verdict not in ("transfers", "does not transfer") for s in shifts)
     out.append(f"- {what}: " + "; ".join(parts + [f"{n} undecided, failed or pending"]) + ".")
   return out
-
-
-def writes_readme(out: str, d) -> bool:
-  """The README's transfer lines are regenerated only from this checkout's docs/ at the full size."""
-  return grid.rgrid.is_docs(out) and d["size"] == "full"
-
-
-def write_report(d, records_dir: str, out: str, accept_fingerprints: bool = False) -> str:
-  """OUT/transfer.md, its figures, and (writes_readme) the README's lines, from the records alone: every record and
-  the README's markers are checked first, and nothing is written unless all pass."""
-  S = study.Study(d, records_dir)
-  study.check_records(S, accept_fingerprints)
-  readme = os.path.join(grid.rgrid.ROOT, "README.md") if writes_readme(out, d) else None
-  if readme:
-    findings_block(storage.read_text(readme))
-  stats = S.cells()
-  shifts = S.shifts(stats)
-  lines = page(d, S, stats, shifts, records_dir)
-  checks = os.path.join(grid.rgrid.ROOT, "docs", CHECKS)  # the checkout's, wherever the page is written
-  if os.path.exists(checks):
-    lines += ["", storage.read_text(checks).rstrip("\n")]
-  new_readme = None
-  if readme:
-    text = storage.read_text(readme)
-    i, j = findings_block(text)
-    new_readme = text[:i] + "\n".join([BEGIN, *readme_lines(d, shifts), ""]) + text[j:]
-  figure(d, stats, "depth", os.path.join(out, FIG_DEPTH))
-  figure(d, stats, "width", os.path.join(out, FIG_WIDTH))
-  path = os.path.join(out, "transfer.md")
-  storage.write_text(path, "\n".join(lines) + "\n")
-  if new_readme is not None:
-    storage.write_text(readme, new_readme)
-  return path

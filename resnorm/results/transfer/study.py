@@ -4,13 +4,12 @@ optimum from the axis's base to its top, its intervals and verdict, the penalty 
 effective speedup, and (standard, depth) the effective-depth law's prediction placed against it.
 """
 import math
-import os
 from typing import NamedTuple
 
 import numpy as np
 
-from resnorm.core.errors import check
 from resnorm.results import records
+from resnorm.results.engine.ledger import Ledger
 from resnorm.results.transfer import design as D
 from resnorm.results.transfer import fit
 from resnorm.results.transfer import grid
@@ -50,17 +49,10 @@ class Study:
   name, or under two names, is refused in one line)."""
 
   def __init__(self, d, records_dir: str):
-    self.d, self.records_dir = d, records_dir
-    self.recs, self.fingerprints, self.designs, self.digests = {}, {}, {}, {}
+    self.d, self.records_dir, self.ledger = d, records_dir, Ledger(records_dir)
     for p, s in grid.points(d, records_dir):
-      path = grid.record_path(records_dir, d, p, s)
-      if not os.path.exists(path):
-        continue
-      rec = records.read(path, records.identity(p, d["corpus"], s))
-      self.recs[(p, s)] = rec
-      self.fingerprints.setdefault(rec.get("fingerprint"), set()).add(path)
-      self.designs.setdefault(rec.get("design_sha256"), set()).add(path)
-      self.digests.setdefault(rec["digest"], set()).add(path)
+      self.ledger.read((p, s), grid.record_path(records_dir, d, p, s), records.identity(p, d["corpus"], s))
+    self.recs, self.fingerprints, self.designs = self.ledger.recs, self.ledger.fingerprints, self.ledger.designs
     self.total = len(grid.points(d, records_dir))
 
   def loss(self, p: grid.Point, s: int) -> float | None:
@@ -182,12 +174,3 @@ def pre_curve_fit(d, stats, param, axis):
     return None
   f = fit.power_law(*zip(*pts))
   return f if f[1] > 0 else None
-
-
-def check_records(S: Study, accept_fingerprints: bool) -> None:
-  """Every record read once, of one code fingerprint (unless accepted) and one design."""
-  records.check_unique(S.digests)
-  records.check_fingerprints(S.fingerprints, accept_fingerprints)
-  check(len(S.designs) <= 1, f"the transfer records name {len(S.designs)} designs ("
-        f"{', '.join(str(k) for k in S.designs)}): a design is fixed before the first record; rerun the odd ones out")
-  check(S.recs, f"--records={S.records_dir} holds no record of the transfer study's runs: nothing to report from")
