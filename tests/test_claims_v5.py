@@ -11,8 +11,9 @@ from resnorm.core.errors import InputError
 from resnorm.results import claims_v5 as c5
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid, grid_v5, records, verdicts
+from resnorm.results import grid_v5, records, verdicts
 from resnorm.results import report_v5_md as md
+from resnorm.results.engine import paths
 
 D = grid_v5.design("full")
 A, B = 4.0, 0.08   # the hand-made Pre-Norm law L = A C^-B
@@ -39,7 +40,7 @@ def write(tmp_path, loss_fn, only=None, skip=(), status=lambda *k: "completed", 
     if (only and p.arm not in only) or key in skip:
       continue
     _, rec = _rec(c, p.arm, p.d, s, loss_fn(*key), status(*key), diags(*key))
-    records.write(grid.record_path(str(recs), c, grid_v5.run_name(p, s, c)), rec)
+    records.write(paths.record_path(str(recs), c, grid_v5.run_name(p, s, c)), rec)
   return c5.Table(D, str(recs))
 
 
@@ -155,7 +156,7 @@ def test_compute_counts_each_placements_own_flops_and_grows_with_width():
 
 def test_a_record_under_another_runs_name_is_refused(tmp_path):
   _, rec = _rec("pystdlib", "hc", 24, 0, 3.0)
-  records.write(grid.record_path(str(tmp_path), "pystdlib", grid_v5.run_name(grid_v5.Point("mhc", 24, 130), 0,
+  records.write(paths.record_path(str(tmp_path), "pystdlib", grid_v5.run_name(grid_v5.Point("mhc", 24, 130), 0,
                                                                             "pystdlib")), rec)
   with pytest.raises(InputError, match="not the record its name says"):
     c5.Table(D, str(tmp_path))

@@ -10,8 +10,9 @@ import types
 import pytest
 
 from resnorm.core.errors import InputError
-from resnorm.results import grid, grid_v5, records
+from resnorm.results import grid_v5, records
 from resnorm.results.engine import driver, ledger as lg
+from resnorm.results.engine import paths
 from resnorm.results.engine.readme import Block
 from resnorm.results.engine.spec import Built, Plan, Spec
 from resnorm.results.specs import REGISTRY
@@ -104,13 +105,13 @@ def test_which_reports_a_command_names():
 
 def test_a_plan_reads_the_records_named_and_writes_the_readme_only_from_this_checkouts_docs(tmp_path, monkeypatch):
   spec = REGISTRY["v5"]
-  monkeypatch.setenv(grid.SIZE_ENV, "full")
+  monkeypatch.setenv(paths.SIZE_ENV, "full")
   docs = os.path.join(ROOT, "docs")
   p = driver.plan(spec, flags(out=docs), records_given=False)
   assert (p.records, p.readme) == (os.path.join(ROOT, grid_v5.DEFAULT_RECORDS), os.path.join(ROOT, "README.md"))
   p = driver.plan(spec, flags(out=str(tmp_path), records=COMMITTED_V5), records_given=True)
   assert (p.records, p.readme, p.out) == (COMMITTED_V5, None, str(tmp_path))
-  monkeypatch.setenv(grid.SIZE_ENV, "test")  # not the committed design: no records of its own, never docs/
+  monkeypatch.setenv(paths.SIZE_ENV, "test")  # not the committed design: no records of its own, never docs/
   with pytest.raises(InputError, match="--from_records needs --records"):
     driver.plan(spec, flags(out=str(tmp_path)), records_given=False)
   with pytest.raises(InputError, match="docs/ holds the full CPU design's report"):
@@ -221,7 +222,7 @@ def test_a_grid_that_grows_with_its_records_runs_in_waves(tmp_path, monkeypatch,
 
 
 def test_a_failed_run_still_leaves_a_page_of_the_others_and_the_sweeps_exit_code(tmp_path, monkeypatch):
-  monkeypatch.setenv(grid.SIZE_ENV, "test")
+  monkeypatch.setenv(paths.SIZE_ENV, "test")
   monkeypatch.delenv("JAX_DISABLE_MOST_OPTIMIZATIONS", raising=False)  # main sets it: restored after
   monkeypatch.setattr(driver, "run_grid", lambda *a, **k: 1)  # one run of the sweep failed; the rest recorded
   f = flags(records=COMMITTED_V5, from_records=False, out=str(tmp_path), report="v5")

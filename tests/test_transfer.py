@@ -16,8 +16,8 @@ import pytest
 
 from resnorm.config import configlib
 from resnorm.model import residual
-from resnorm.results import grid as rgrid
 from resnorm.results import records
+from resnorm.results.engine import paths
 from resnorm.results.transfer import design as D
 from resnorm.results.transfer import fit, grid, study
 from test_cli import ENV, ROOT
@@ -27,7 +27,7 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "records_transfer_test")
 
 def _results(*args, size="test", timeout=900):
   return subprocess.run([sys.executable, "-m", "resnorm.results", "--report=transfer", *args], cwd=ROOT,
-                        env={**ENV, rgrid.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
+                        env={**ENV, paths.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
 
 
 # --- fit.py -------------------------------------------------------------------------------------------------------
@@ -97,8 +97,7 @@ def test_every_run_is_named_once_and_its_config_is_the_designs():
   assert len(pts) == d["seeds"] * d["base_points"] * len(run_cells)
   assert [s for _, s in pts] == sorted(s for _, s in pts)
   for p, s in pts[:: max(1, len(pts) // 40)]:
-    cfg = rgrid.config({"scale": "cpu", "common": {}, "corpora": {d["corpus"]: {}}}, d["corpus"],
-                       grid.overrides(d, p, s))
+    cfg = paths.base_config("cpu", grid.overrides(d, p, s))
     configlib.validate(cfg)
     m = cfg.model
     assert (m.residual, m.param, m.num_layers, m.d_model, m.d_model // m.num_heads, m.mlp_dim) == \

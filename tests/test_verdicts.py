@@ -254,17 +254,18 @@ def test_pending_parts_enter_no_test_and_no_correction():
 def test_a_claim_whose_parts_disagree_in_sign_is_mixed_and_carries_its_parts_flags():
   """C12's pattern: one part reproduced, another opposite: 'mixed', naming each, not 'opposite'; opposite with a
   decided null stays opposite; a reproduced claim carries a part's size flag in its words (C14's)."""
-  from resnorm.results import claims as cl
+  from resnorm.results.engine import claims as claim_rule
   part = lambda label, v, flag=None: {"cid": "C12", "label": label, "verdict": v, "flag": flag}
   mixed = [part("a", verdicts.REPRODUCED), part("b", verdicts.OPPOSITE, verdicts.SMALL_OPPOSITE)]
-  assert cl.combine(p["verdict"] for p in mixed) == cl.MIXED and cl.deciding(mixed) == ["a", "b"]
-  assert cl.worded(mixed) == "mixed (a reproduced, b opposite, b smaller than the effect of interest)"
-  assert cl.combine([verdicts.OPPOSITE, verdicts.NOT_REPRODUCED]) == verdicts.OPPOSITE
-  assert cl.combine([verdicts.PENDING, verdicts.OPPOSITE, verdicts.REPRODUCED]) == verdicts.PENDING
+  assert claim_rule.combine(p["verdict"] for p in mixed) == claim_rule.MIXED
+  assert claim_rule.deciding(mixed) == ["a", "b"]
+  assert claim_rule.worded(mixed) == "mixed (a reproduced, b opposite, b smaller than the effect of interest)"
+  assert claim_rule.combine([verdicts.OPPOSITE, verdicts.NOT_REPRODUCED]) == verdicts.OPPOSITE
+  assert claim_rule.combine([verdicts.PENDING, verdicts.OPPOSITE, verdicts.REPRODUCED]) == verdicts.PENDING
   small = [part("a", verdicts.REPRODUCED, verdicts.SMALLER)]
-  assert cl.worded(small) == "reproduced (a smaller than claimed)"
+  assert claim_rule.worded(small) == "reproduced (a smaller than claimed)"
   # a flag on a part whose verdict is out of regime is its values', not the claim's
-  assert cl.worded([part("a", verdicts.OUT_OF_REGIME, verdicts.SMALLER)]) == verdicts.OUT_OF_REGIME
+  assert claim_rule.worded([part("a", verdicts.OUT_OF_REGIME, verdicts.SMALLER)]) == verdicts.OUT_OF_REGIME
   assert "mixed" in design.CLAIM_RULE and "larger than" in design.VERDICT_RULE
 
 

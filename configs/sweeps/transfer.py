@@ -4,9 +4,9 @@ run the grid holds given the records so far, but those with a record under $RESN
 records grow a cell's grid."""
 import os
 
-from resnorm.results import grid
+from resnorm.results.engine import paths
 from resnorm.results.transfer import grid as tgrid
 
 
 def sweep(add):
-  tgrid.add_points(add, tgrid.design(), os.environ.get(grid.RECORDS_ENV))
+  tgrid.add_points(add, tgrid.design(), os.environ.get(paths.RECORDS_ENV))

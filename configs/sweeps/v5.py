@@ -3,8 +3,9 @@ width, seed and corpus; the points with a record under $RESNORM_RESULTS_RECORDS 
 `python -m resnorm.results --report=v5`, which records each run as it finishes."""
 import os
 
-from resnorm.results import grid, grid_v5
+from resnorm.results import grid_v5
+from resnorm.results.engine import paths
 
 
 def sweep(add):
-  grid_v5.add_points(add, grid_v5.design(), os.environ.get(grid.RECORDS_ENV))
+  grid_v5.add_points(add, grid_v5.design(), os.environ.get(paths.RECORDS_ENV))

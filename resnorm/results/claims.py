@@ -11,7 +11,7 @@ its verdict stands only if the worst case agrees (verdicts.sensitivity). Parts a
 themselves: McNemar's exact test on the discordant (cell, seed) pairs, pooled over the part's declared cells.
 A part that reads trained runs is in regime when the per-seed change of its own statistic over the last quarter of
 training is equivalent to zero within its tolerance (verdicts.tost). The verdict rules, per part and per claim, are
-design.VERDICT_RULE and design.CLAIM_RULE (combine(), deciding()).
+design.VERDICT_RULE and design.CLAIM_RULE (resnorm/results/engine/claims.py).
 """
 import math
 
@@ -23,50 +23,12 @@ from resnorm.results.design import (BLOCK_SEEDS, CLAIM_RULE, DESIGN, DESIGN_CALL
 from resnorm.results.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos_spread,  # noqa: F401
                                    discordant_part, log_ratio, max_log_gain, median_cos, part, slope, trained)
 from resnorm.results.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
+from resnorm.results.engine import claims as claim_rule
+from resnorm.results.engine.claims import MIXED
 from resnorm.results.verdicts import NOT_REPRODUCED, OPPOSITE, OUT_OF_REGIME, PENDING, REPRODUCED, UNDECIDED
 
-MIXED = "mixed"   # a claim with one part reproduced and another opposite
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, OPPOSITE, MIXED, UNDECIDED, OUT_OF_REGIME, PENDING)
 COMBINE_RULE = CLAIM_RULE
-
-
-def combine(vs) -> str:
-  """design.CLAIM_RULE: a claim's verdict from its parts' verdicts."""
-  vs = list(vs)
-  if PENDING in vs:
-    return PENDING
-  if OPPOSITE in vs and REPRODUCED in vs:
-    return MIXED
-  for v in (OPPOSITE, NOT_REPRODUCED):
-    if v in vs:
-      return v
-  if vs and all(v == REPRODUCED for v in vs):
-    return REPRODUCED
-  return OUT_OF_REGIME if OUT_OF_REGIME in vs else UNDECIDED
-
-
-def deciding(parts) -> list[str]:
-  """The labels of the parts that decided the claim's verdict (combine's): those with its verdict (every part for
-  reproduced; for undecided, those undecided; for mixed, the reproduced and the opposite ones)."""
-  v = combine(p["verdict"] for p in parts)
-  decided = (REPRODUCED, OPPOSITE) if v == MIXED else (v,)
-  return [p["label"] for p in parts if p["verdict"] in decided]
-
-
-def qualifiers(parts) -> list[str]:
-  """What the claim's one word would drop, as 'a reproduced' (by the part's label, as "decided by" names it): for a
-  mixed claim each deciding part's verdict; for any claim the size flags (verdicts.flag) of its reproduced and
-  opposite parts."""
-  mixed = combine(p["verdict"] for p in parts) == MIXED
-  out = [f"{p['label']} {p['verdict']}" for p in parts if mixed and p["verdict"] in (REPRODUCED, OPPOSITE)]
-  return out + [f"{p['label']} {p['flag']}" for p in parts if p.get("flag") and p["verdict"] in (REPRODUCED, OPPOSITE)]
-
-
-def worded(parts) -> str:
-  """The claim's verdict as the claims table, the findings and the README print it: its word, then its qualifiers
-  in parentheses ('reproduced (a smaller than claimed)', 'mixed (a reproduced, b opposite)')."""
-  q = qualifiers(parts)
-  return combine(p["verdict"] for p in parts) + (f" ({', '.join(q)})" if q else "")
 
 
 # ---- the claims --------------------------------------------------------------------------------------------------
@@ -274,12 +236,5 @@ def evaluate(R, d) -> list[dict]:
 
 
 def judge(by_corpus: dict) -> dict:
-  """The verdicts of every part and claim, one correction over all parts of all corpora; returns verdicts.finalize's
-  summary (m, calls, the interval level)."""
-  out = verdicts.finalize([p for claims in by_corpus.values() for c in claims for p in c["parts"]])
-  for claims in by_corpus.values():
-    for c in claims:
-      c["verdict"] = combine(p["verdict"] for p in c["parts"])
-      c["deciding"] = deciding(c["parts"])
-      c["worded"] = worded(c["parts"])
-  return out
+  """The verdicts of every part and claim, one correction over all parts of all corpora (engine.claims.judge)."""
+  return claim_rule.judge([c for claims in by_corpus.values() for c in claims])

@@ -10,7 +10,7 @@ Per part and corpus, x_s is the per-seed statistic, signed so that the claim pre
 - C16, C17: G_arm.
 A diverged run's loss is design_v5.FAIL_LOSS; a seed whose statistic is still undefined takes the least favourable
 value among the other seeds. A part with a run not finished is pending. The parts of both corpora are judged
-together by verdicts.finalize (one Benjamini-Hochberg family, v4's four-outcome rule) and claims by claims.combine.
+together by verdicts.finalize (one Benjamini-Hochberg family, v4's four-outcome rule) and claims by engine.claims.combine.
 
 The compute-equivalent table is compute_equiv.multiplier per arm and corpus over the seeds whose ladder is complete
 for the arm and Pre-Norm, with compute = resnorm.model.flops' training FLOPs per token (the placement's own
@@ -21,10 +21,11 @@ import math
 
 import numpy as np
 
-from resnorm.results import claims as cl
 from resnorm.results import compute_equiv as ce
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid, grid_v5, post_hoc, records, verdicts
+from resnorm.results import grid_v5, post_hoc, records, verdicts
+from resnorm.results.engine import claims as claim_rule
+from resnorm.results.engine import paths
 from resnorm.results.engine.ledger import Ledger
 
 
@@ -34,7 +35,7 @@ class Table:
   def __init__(self, d, records_dir: str):
     self.d, self.records_dir, self.ledger = d, records_dir, Ledger(records_dir)
     for c, p, s in grid_v5.points(d):
-      path = grid.record_path(records_dir, c, grid_v5.run_name(p, s, c))
+      path = paths.record_path(records_dir, c, grid_v5.run_name(p, s, c))
       self.ledger.read((c, p.arm, p.d, s), path, records.identity(p, c, s))
     self.recs, self.fingerprints = self.ledger.recs, self.ledger.fingerprints
 
@@ -73,7 +74,7 @@ def compute(arm: str, w: int, steps: int, size: str = "full") -> float:
 def _config(p, over: dict):
   """The validated config the sweep runs for a point (its arm's config file, then the overrides)."""
   from resnorm.sweep import preflight
-  return preflight.point_config({"config": grid_v5.config_path(p), "overrides": over}, grid_v5.ROOT)
+  return preflight.point_config({"config": grid_v5.config_path(p), "overrides": over}, paths.ROOT)
 
 
 def ladder(T: Table, c, arm, s) -> np.ndarray | None:
@@ -156,14 +157,14 @@ def part(T: Table, c: str, key) -> dict:
 
 
 def judge(T: Table) -> tuple[list, dict, dict]:
-  """Every part on every corpus, judged as one family; the claims' verdicts per corpus, as worded (claims.worded:
+  """Every part on every corpus, judged as one family; the claims' verdicts per corpus, as worded (engine.claims.worded:
   the verdict with its parts' qualifiers)."""
   parts = [part(T, c, key) for c in T.d["corpora"] for key in v5.CLAIMS]
-  summary = verdicts.finalize(parts)
-  by_claim: dict = {}
+  claims: dict = {}
   for p in parts:
-    by_claim.setdefault((p["cid"], p["corpus"]), []).append(p)
-  claim_verdicts = {k: cl.worded(ps) for k, ps in by_claim.items()}
+    claims.setdefault((p["cid"], p["corpus"]), {"parts": []})["parts"].append(p)
+  summary = claim_rule.judge(list(claims.values()))
+  claim_verdicts = {k: c["worded"] for k, c in claims.items()}
   return parts, summary, claim_verdicts
 
 

@@ -13,6 +13,7 @@ from resnorm.results import claims as cl
 from resnorm.results import grid
 from resnorm.results import replication as rp
 from resnorm.results import verdicts
+from resnorm.results.engine import claims as claim_rule
 from resnorm.results.engine.readme import Block
 
 BEGIN = ("<!-- findings: generated from the run records by `python -m resnorm.results` "
@@ -25,7 +26,7 @@ CAPTION = Block(CAPTION_BEGIN, CAPTION_END, "caption")
 NAMES = {"pystdlib": "Python", "shakespeare": "Shakespeare"}
 # verdict words, longest first (a shorter one inside a longer one is not counted twice)
 WORDS = (rp.SAME_SIGN, rp.DID_NOT_REPLICATE, rp.REPLICATED, verdicts.SMALL_OPPOSITE, verdicts.SMALLER, verdicts.LARGER,
-         verdicts.NOT_REPRODUCED, verdicts.OUT_OF_REGIME, verdicts.REPRODUCED, verdicts.OPPOSITE, cl.MIXED,
+         verdicts.NOT_REPRODUCED, verdicts.OUT_OF_REGIME, verdicts.REPRODUCED, verdicts.OPPOSITE, claim_rule.MIXED,
          verdicts.UNDECIDED)
 REPLICATION_WORDS = (rp.REPLICATED, rp.DID_NOT_REPLICATE, rp.SAME_SIGN)
 NULL_WORDS = ("does not rescue", "do not rescue", "does not measurably", "no effect", "cost nothing", "costs nothing",
@@ -166,7 +167,7 @@ def facts(by_corpus: dict, summary: dict, tables: str, cells: dict | None = None
     for c in cs:
       # the claim's words as worded: its verdict, its parts' flags, and for a mixed claim its parts' own verdicts
       claims.setdefault(c["id"], {})[corpus] = {c["verdict"]} | {p["flag"] for p in c["parts"] if p.get("flag")} | (
-          {p["verdict"] for p in c["parts"]} if c["verdict"] == cl.MIXED else set())
+          {p["verdict"] for p in c["parts"]} if c["verdict"] == claim_rule.MIXED else set())
       for p in c["parts"]:
         words = {p["verdict"], p["values_verdict"]} | ({p["flag"]} if p.get("flag") else set())
         parts.setdefault(f"{c['id']}{p['label']}", {})[corpus] = words

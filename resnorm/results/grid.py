@@ -11,14 +11,12 @@ import os
 from typing import NamedTuple
 
 from resnorm.core.errors import check
+from resnorm.results.engine.paths import RECORDS_ENV, SIZE_ENV, add_points as _add, base_config
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
-SIZE_ENV = "RESNORM_RESULTS_SIZE"     # full | quick | test
 SCALE_ENV = "RESNORM_RESULTS_SCALE"   # cpu | tpu: the configs' scale, and the design sized for it
 TPU_DATA_ENV = "RESNORM_RESULTS_TPU_DATA"  # --scale=tpu: the corpus shards (data.name=files; C4, FineWeb, ...)
 DATA_ENV = "RESNORM_RESULTS_DATA"     # text files (a glob) instead of the default corpus: the test's
 SHAKESPEARE_ENV = "RESNORM_RESULTS_SHAKESPEARE_DIR"  # a data_dir holding the prepared shakespeare corpus: the test's
-RECORDS_ENV = "RESNORM_RESULTS_RECORDS"  # the run records' directory: points with a record are not run again
 SIZES = ("full", "quick", "test")
 SCALES = ("cpu", "tpu")
 CORPORA = ("pystdlib", "shakespeare")
@@ -208,16 +206,7 @@ def overrides(d, r: Recipe, seed: int, corpus: str = "pystdlib") -> dict:
 
 def config(d, corpus: str, over: dict):
   """configs/base.py at the design's scale with its common and corpus overrides, then `over` (dotted keys)."""
-  import importlib.util
-  path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "base.py")
-  spec = importlib.util.spec_from_file_location("base_config", path)
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  cfg = mod.get_config(d["scale"])
-  from resnorm.config import configkeys
-  for key, val in {**d["common"], **d["corpora"][corpus], **over}.items():
-    configkeys.set_dotted(cfg, key, val)
-  return cfg
+  return base_config(d["scale"], {**d["common"], **d["corpora"][corpus], **over})
 
 
 def points(d) -> list[tuple[str, Recipe, int]]:
@@ -227,32 +216,7 @@ def points(d) -> list[tuple[str, Recipe, int]]:
   return [(c, r, s) for c in d["corpora"] for s in d["seeds"] for r in seeds if s in seeds[r]]
 
 
-def record_path(records_dir: str, corpus: str, name: str) -> str:
-  """Where a run's record lives (resnorm/results/records.py): records_dir/<corpus>/<run name>.json."""
-  return os.path.join(records_dir, corpus, f"{name}.json")
-
-
 def add_points(add, d) -> None:
-  """The sweep's points: every run of the design but those whose record exists under $RESNORM_RESULTS_RECORDS (a
-  clone with the records has nothing to rerun)."""
-  recs = os.environ.get(RECORDS_ENV)
-  for c, r, s in points(d):
-    name = run_name(r, s, c)
-    if recs and os.path.exists(record_path(recs, c, name)):
-      continue
-    add(config=d["config"], name=name, **overrides(d, r, s, c))
-
-
-def is_docs(out: str) -> bool:
-  """Whether a report directory is this checkout's docs/, which holds the committed reports."""
-  return os.path.abspath(out) == os.path.join(ROOT, "docs")
-
-
-def out_dir(given: str | None, full: bool, tag: str) -> str:
-  """The report's directory: --out, else docs for the full CPU design and runs/report_TAG for any other. This
-  checkout's docs/ holds the committed report, which a quick, test or accelerator design's may not replace."""
-  if given is None:
-    return "docs" if full else os.path.join("runs", f"report_{tag}")
-  check(full or not is_docs(given), f"--out={given}: docs/ holds the full CPU "
-        f"design's report; give the {tag} report a directory of its own (by default runs/report_{tag})")
-  return given
+  """The sweep's points: every run of the design but those whose record exists under $RESNORM_RESULTS_RECORDS."""
+  _add(add, [(c, run_name(r, s, c), d["config"], overrides(d, r, s, c)) for c, r, s in points(d)],
+       os.environ.get(RECORDS_ENV))

@@ -1,7 +1,7 @@
 """Report v5's grid (resnorm/results/design_v5.py): one run per corpus, seed, arm and ladder width, named
 <arm>-d<width>-<steps>st[-<corpus>]-s<seed>, each run's record under results/v5/<corpus>/<name>.json.
 
-The size is read from $RESNORM_RESULTS_SIZE (resnorm.results.grid.SIZE_ENV) as for report v4, so that the sweep file
+The size is read from $RESNORM_RESULTS_SIZE (resnorm.results.engine.paths.SIZE_ENV) as for report v4, so that the sweep file
 (configs/sweeps/v5.py) and the report build the same grid: `full` is the design, `test` a two-width ladder of tiny
 models on one corpus for the end-to-end test. Imports nothing heavy: the sweep file imports this module.
 """
@@ -10,9 +10,8 @@ from typing import NamedTuple
 
 from resnorm.core.errors import check
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid
+from resnorm.results.engine import paths
 
-ROOT = grid.ROOT
 DEFAULT_RECORDS = "results/v5"
 SWEEP = os.path.join("configs", "sweeps", "v5.py")
 
@@ -34,7 +33,7 @@ TEST = {"ladder": (8, 16), "depth": 2, "steps": {8: 3, 16: 4}, "seeds": 2, "corp
 
 def design(size: str | None = None) -> dict:
   """The v5 grid at a size: its ladder, depth, steps per width, seeds, corpora, arms and common overrides."""
-  size = size or os.environ.get(grid.SIZE_ENV) or "full"
+  size = size or os.environ.get(paths.SIZE_ENV) or "full"
   check(size in ("full", "test"), f"report v5 has sizes full and test, not {size!r}")
   full = {"ladder": v5.LADDER_D, "depth": v5.DEPTH, "steps": {d: v5.steps(d) for d in v5.LADDER_D},
           "seeds": v5.SEEDS, "corpora": v5.CORPORA, "arms": v5.ARMS,
@@ -74,8 +73,5 @@ def config_path(p: Point) -> str:
 
 def add_points(add, d, records_dir: str | None = None) -> None:
   """The sweep's points: every run of the grid but those with a record under records_dir."""
-  for c, p, s in points(d):
-    name = run_name(p, s, c)
-    if records_dir and os.path.exists(grid.record_path(records_dir, c, name)):
-      continue
-    add(config=config_path(p), name=name, **overrides(d, p, s, c))
+  paths.add_points(add, [(c, run_name(p, s, c), config_path(p), overrides(d, p, s, c)) for c, p, s in points(d)],
+                   records_dir)

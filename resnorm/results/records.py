@@ -18,7 +18,7 @@ import platform
 
 from resnorm.core.errors import InputError, check
 from resnorm.io import storage, workdir as wd
-from resnorm.results import grid
+from resnorm.results.engine import paths
 
 SCHEMA = 1
 DIAG_KEYS = ("act_rms", "grad_norm", "cos_next_median", "cos_next_p05", "cos_next_p95", "gain_forward",
@@ -162,10 +162,10 @@ def check_fingerprints(fps: dict, accept: bool) -> None:
 
 def record_finished(root: str, records_dir: str, runs, fp: str, extra: dict | None = None) -> int:
   """Writes the record of every run that finished under root and has none yet; returns how many. runs: (corpus,
-  recipe, seed, run name) of every run of a grid (v4_runs(d) for report v4's)."""
+  recipe, seed, run name) of every run of a grid (Spec.runs)."""
   n = 0
   for c, r, s, name in runs:
-    path = grid.record_path(records_dir, c, name)
+    path = paths.record_path(records_dir, c, name)
     if os.path.exists(path):
       continue
     rec = from_workdir(storage.join(root, name), r, c, s, fp, extra)
@@ -173,10 +173,6 @@ def record_finished(root: str, records_dir: str, runs, fp: str, extra: dict | No
       write(path, rec)
       n += 1
   return n
-
-
-def v4_runs(d) -> list:
-  return [(c, r, s, grid.run_name(r, s, c)) for c, r, s in grid.points(d)]
 
 
 class Recorder:

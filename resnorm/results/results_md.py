@@ -9,6 +9,7 @@ import numpy as np
 from resnorm.results import claims as cl
 from resnorm.results import design, grid, records, verdicts
 from resnorm.results import post_hoc as post_hoc_rules
+from resnorm.results.engine import paths
 
 
 def _sd(values):
@@ -326,7 +327,7 @@ def source(Rs) -> str:
   if not R.records_dir:
     return ""
   fps = sorted({fp for R in Rs.values() for fp in R.fingerprints})
-  where = os.path.relpath(R.records_dir, grid.ROOT) if R.records_dir.startswith(grid.ROOT + os.sep) else R.records_dir
+  where = os.path.relpath(R.records_dir, paths.ROOT) if R.records_dir.startswith(paths.ROOT + os.sep) else R.records_dir
   return (f"Read from the run records in `{where}` (code fingerprint{'s' if len(fps) > 1 else ''} "
           f"{', '.join(f'`{f}`' for f in fps) or 'n/a'}; resnorm/results/records.py). ")
 

@@ -18,7 +18,8 @@ import time
 
 from resnorm.core.errors import EXIT_BAD_INPUT, check
 from resnorm.io import storage
-from resnorm.results import grid, records
+from resnorm.results import records
+from resnorm.results.engine import paths
 from resnorm.results.engine.spec import ROOT, Plan, Spec
 
 
@@ -39,14 +40,14 @@ def plan(spec: Spec, flags, records_given: bool) -> Plan:
   """The report's design, directories and README, checked (one line, nothing run or written, on bad input)."""
   d = spec.design(flags)
   full = spec.full(d)
-  out = grid.out_dir(flags.out, full, spec.tag(d))
+  out = paths.out_dir(flags.out, full, spec.tag(d))
   recs = flags.records if records_given else (os.path.join(ROOT, spec.records) if full else None)
   recs = storage.absolute(recs) if recs else None
   check(recs or not flags.from_records, f"--from_records needs --records ({spec.title}'s design at size "
         f"{d['size']} has no records of its own)")
   if flags.from_records:
     records.check_present(recs)
-  readme = os.path.join(ROOT, "README.md") if spec.blocks and full and grid.is_docs(out) else None
+  readme = os.path.join(ROOT, "README.md") if spec.blocks and full and paths.is_docs(out) else None
   if readme and (flags.page or flags.from_records):
     text = storage.read_text(readme)
     for b in spec.blocks:
@@ -73,13 +74,13 @@ def run_grid(spec: Spec, p: Plan, jobs: int, launcher: str, passed=()) -> int:
     check(provenance.git_state().get("git_dirty") is not True, f"{spec.title}'s runs are made from a clean "
           "checkout (a pinned worktree): commit or stash first")
   prepare_corpora(spec, p.d)
-  env = {**os.environ, grid.SIZE_ENV: p.d["size"], **spec.env(p.d),
+  env = {**os.environ, paths.SIZE_ENV: p.d["size"], **spec.env(p.d),
          "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])}
   cmd = [sys.executable, "-m", "resnorm.sweep", os.path.join(ROOT, spec.sweep), f"--root={p.root}",
          f"--jobs={jobs}", f"--launcher={launcher}", *passed]
   if not p.records:
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
-  env[grid.RECORDS_ENV] = p.records  # the sweep file leaves out the points that have a record
+  env[paths.RECORDS_ENV] = p.records  # the sweep file leaves out the points that have a record
   fp = records.fingerprint()
   while True:
     runs = spec.runs(p.d, p.records)

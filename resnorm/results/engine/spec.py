@@ -7,7 +7,7 @@ from them. Everything else (flags, waves of the sweep, the checks, writing whole
 import os
 from typing import NamedTuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # checkout
+from resnorm.results.engine.paths import ROOT
 
 
 class Plan(NamedTuple):

@@ -7,7 +7,7 @@ import os
 
 from resnorm.core.errors import check
 from resnorm.io import storage
-from resnorm.results import grid as rgrid
+from resnorm.results.engine import paths
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
 from resnorm.results.transfer import grid, study
 from resnorm.results.transfer import page as tpage
@@ -37,8 +37,7 @@ class Transfer(Spec):
     return grid.design()
 
   def data_configs(self, d) -> list:
-    return [rgrid.config({"scale": "cpu", "common": {}, "corpora": {d["corpus"]: {"data.name": d["corpus"]}}},
-                         d["corpus"], {}).data]
+    return [paths.base_config("cpu", {"data.name": d["corpus"]}).data]
 
   def runs(self, d, records_dir: str) -> list:
     """The runs the sweep runs next (grid.missing): those the records so far add to the grid and lack."""

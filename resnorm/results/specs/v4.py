@@ -10,6 +10,7 @@ from resnorm.io import storage, workdir as wd
 from resnorm.results import claims as cl
 from resnorm.results import findings, grid, records, replication
 from resnorm.results import results_md as md
+from resnorm.results.engine import paths
 from resnorm.results.engine.ledger import Ledger
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
 from resnorm.results.runs import Runs
@@ -127,7 +128,7 @@ class V4(Spec):
 
   def design(self, flags) -> dict:
     check(not (flags.quick and flags.scale == "tpu"), "--quick is the CPU pipeline on a tiny model; drop --scale=tpu")
-    size = "quick" if flags.quick else os.environ.get(grid.SIZE_ENV) or "full"
+    size = "quick" if flags.quick else os.environ.get(paths.SIZE_ENV) or "full"
     if flags.scale == "tpu":
       os.environ[grid.TPU_DATA_ENV] = flags.data_paths or os.environ.get(grid.TPU_DATA_ENV, "")
     mod = sweep_module()
@@ -149,7 +150,7 @@ class V4(Spec):
     return [grid.config(d, corpus, {}).data for corpus in d["corpora"]]
 
   def runs(self, d, records_dir: str) -> list:
-    return records.v4_runs(d)
+    return [(c, r, s, grid.run_name(r, s, c)) for c, r, s in grid.points(d)]
 
   def before_grid(self, plan: Plan, flags) -> None:
     if plan.d["scale"] == "tpu" and flags.memory_plan:

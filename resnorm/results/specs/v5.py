@@ -9,9 +9,10 @@ from resnorm.core.errors import check
 from resnorm.io import provenance
 from resnorm.results import claims_v5 as c5
 from resnorm.results import design_v5 as v5
-from resnorm.results import grid, grid_v5
+from resnorm.results import grid_v5
 from resnorm.results import report_v5_md as md
 from resnorm.results.engine import ledger as lg
+from resnorm.results.engine import paths
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
 
 
@@ -60,8 +61,7 @@ class V5(Spec):
     return grid_v5.design()
 
   def data_configs(self, d) -> list:
-    return [grid.config({"scale": "cpu", "common": {}, "corpora": {c: {"data.name": c}}}, c, {}).data
-            for c in d["corpora"]]
+    return [paths.base_config("cpu", {"data.name": c}).data for c in d["corpora"]]
 
   def runs(self, d, records_dir: str) -> list:
     return [(c, p, s, grid_v5.run_name(p, s, c)) for c, p, s in grid_v5.points(d)]

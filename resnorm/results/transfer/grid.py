@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 
 from resnorm.core.errors import check
-from resnorm.results import grid as rgrid
+from resnorm.results.engine import paths
 from resnorm.results.transfer import design as D
 
 DEFAULT_RECORDS = "results/transfer"
@@ -48,7 +48,7 @@ TEST = {"depths": (1, 2), "widths": (8, 16), "base_depth": 1, "base_width": 8, "
 
 def design(size: str | None = None) -> dict:
   """The study at a size (full: design.py; test: TEST, for the end-to-end test)."""
-  size = size or os.environ.get(rgrid.SIZE_ENV) or "full"
+  size = size or os.environ.get(paths.SIZE_ENV) or "full"
   check(size in SIZES, f"the transfer study has sizes {' and '.join(SIZES)}, not {size!r}")
   d = {"size": size, "depths": D.DEPTHS, "widths": D.WIDTHS, "base_depth": D.BASE_DEPTH, "base_width": D.BASE_WIDTH,
        "width": D.WIDTH, "head_dim": D.HEAD_DIM, "depth_arms": D.DEPTH_ARMS, "width_arms": D.WIDTH_ARMS,
@@ -94,7 +94,7 @@ def run_name(p: Point, seed: int) -> str:
 
 
 def record_path(records_dir: str, d, p: Point, seed: int) -> str:
-  return rgrid.record_path(records_dir, d["corpus"], run_name(p, seed))
+  return paths.record_path(records_dir, d["corpus"], run_name(p, seed))
 
 
 def diverged(rec: dict) -> bool:

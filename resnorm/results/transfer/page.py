@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from resnorm.results.engine import paths
 from resnorm.results.engine.readme import Block
 from resnorm.results.transfer import design as D
 from resnorm.results.transfer import grid, study
@@ -136,7 +137,7 @@ def header(d, S, records_dir: str) -> list[str]:
   commits = sorted({(r["provenance"].get("git_commit") or "unknown")[:10] for r in recs})
   diverged = sum(r["status"] == "diverged" for r in recs)
   run_s = sum((r["timing"].get("finished_at") or 0) - (r["timing"].get("started_at") or 0) for r in recs)
-  where = os.path.relpath(records_dir, grid.rgrid.ROOT) if records_dir.startswith(grid.rgrid.ROOT + os.sep) \
+  where = os.path.relpath(records_dir, paths.ROOT) if records_dir.startswith(paths.ROOT + os.sep) \
       else records_dir
   here = provenance.git_state()
   return [

@@ -148,10 +148,10 @@ def law_shift(d) -> float:
 
 def train_flops(d, arm: str, layers: int, width: int) -> float:
   """Training FLOPs of one run (resnorm.model.flops per token, times the tokens it trains on)."""
-  from resnorm.results import grid as rgrid
   from resnorm.model import flops
+  from resnorm.results.engine import paths
   over = {k: v for k, v in grid.overrides(d, grid.Point(arm, "standard", layers, width, 0), 0).items()}
-  cfg = rgrid.config({"scale": "cpu", "common": {}, "corpora": {d["corpus"]: {}}}, d["corpus"], over)
+  cfg = paths.base_config("cpu", over)
   return flops.train_flops_per_token(cfg.model, cfg.data.seq_len) * cfg.data.seq_len * cfg.train.batch_size * \
       cfg.train.steps
 
