@@ -54,7 +54,7 @@ class Transfer(Spec):
     d = plan.d
     stats = S.cells()
     shifts = S.shifts(stats)
-    lines = tpage.page(d, S, stats, shifts, plan.records)
+    lines = tpage.page(d, S, stats, shifts)
     checks = os.path.join(ROOT, "docs", tpage.CHECKS)  # the checkout's, wherever the page is written
     if os.path.exists(checks):
       lines += ["", storage.read_text(checks).rstrip("\n")]

@@ -2,21 +2,20 @@
 grid: resnorm/results/grid_v5.py, sweep: configs/sweeps/v5.py), built from its records in results/v5/ alone: the
 claims C11-C17 (claims_v5), the compute multipliers under three accountings (compute_equiv) and the page
 (report_v5_md)."""
-import datetime
 import os
 
 from resnorm.core.errors import check
-from resnorm.io import provenance
 from resnorm.results import claims_v5 as c5
 from resnorm.results import design_v5 as v5
 from resnorm.results import grid_v5
 from resnorm.results import report_v5_md as md
 from resnorm.results.engine import ledger as lg
+from resnorm.results.engine import page as engine_page
 from resnorm.results.engine import paths
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
 
 
-def header(d, T, records_dir: str) -> list[str]:
+def header(d, T) -> list[str]:
   """The page's title, provenance, run counts, cost (from the records' own times) and what is unfinished."""
   recs = list(T.recs.values())
   n = len(grid_v5.points(d))
@@ -29,16 +28,12 @@ def header(d, T, records_dir: str) -> list[str]:
   for c, p, s in grid_v5.points(d):
     if (c, p.arm, p.d, s) not in T.recs:
       missing[p.arm] = missing.get(p.arm, 0) + 1
-  commits = sorted({(r["provenance"].get("git_commit") or "unknown")[:10] for r in recs})
-  here = provenance.git_state()
-  where = T.ledger.where(ROOT)
+  commits = engine_page.commits(recs)
   return [
-      "# Report v5: do the 2026 depth-aggregation claims hold?", "",
-      f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
-      f"resnorm.results --report=v5` (or `--from_records`) at commit `{(here['git_commit'] or 'unknown')[:10]}`.", "",
-      f"From the run records in `{where}` (code fingerprint{'s' if len(T.fingerprints) > 1 else ''} "
-      f"{', '.join(f'`{f}`' for f in sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
-      f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
+      "# Report v5: do the 2026 depth-aggregation claims hold?", "", engine_page.generated("v5"), "",
+      f"From the run records in `{T.ledger.where(ROOT)}` (code fingerprint{'s' if len(T.fingerprints) > 1 else ''} "
+      f"{engine_page.quoted(sorted(T.fingerprints))}; runs at commit{'s' if len(commits) > 1 else ''} "
+      f"{engine_page.quoted(commits)}). Runs: {len(recs)} of {n} finished ({diverged} diverged, {stalled} "
       "learned nothing beyond byte frequencies). Every number below is read from the records.",
       "", f"Cost, from the records' own times: {run_s / 3600:.2f} run-hours (each run's start to finish, summed) and "
       f"{lg.active_seconds(recs) / 3600:.2f} hours of wall time with a run going (the union of those intervals); the "
@@ -75,7 +70,7 @@ class V5(Spec):
     parts, summary, claim_verdicts = c5.judge(T)
     mults = {c: c5.multipliers(T, c) for c in d["corpora"]}
     t_mults = md.t_multipliers(T, mults)
-    lines = md.page(T, parts, summary, claim_verdicts, mults, t_mults, header(d, T, plan.records))
+    lines = md.page(T, parts, summary, claim_verdicts, mults, t_mults, header(d, T))
     readme = {md.FINDINGS: md.findings(T, parts, claim_verdicts, t_mults)} if plan.readme else {}
     os.makedirs(os.path.join(plan.out, "figures"), exist_ok=True)
     md.figure(T, t_mults, os.path.join(plan.out, md.FIGURE))

@@ -2,12 +2,13 @@
 (resnorm/results/transfer/study.py), then the hand-written coordinate checks and smoke sweep (docs/transfer_checks.md,
 appended as they are). Every record is checked before anything is written; the page is written whole.
 """
-import datetime
 import math
 import os
 
 import numpy as np
 
+from resnorm.results.engine import ledger as lg
+from resnorm.results.engine import page as engine_page
 from resnorm.results.engine import paths
 from resnorm.results.engine.readme import Block
 from resnorm.results.transfer import design as D
@@ -131,26 +132,18 @@ def figure(d, stats, axis: str, path: str) -> None:
   plt.close(fig)
 
 
-def header(d, S, records_dir: str) -> list[str]:
-  from resnorm.io import provenance
+def header(d, S) -> list[str]:
   recs = list(S.recs.values())
-  commits = sorted({(r["provenance"].get("git_commit") or "unknown")[:10] for r in recs})
   diverged = sum(r["status"] == "diverged" for r in recs)
-  run_s = sum((r["timing"].get("finished_at") or 0) - (r["timing"].get("started_at") or 0) for r in recs)
-  where = os.path.relpath(records_dir, paths.ROOT) if records_dir.startswith(paths.ROOT + os.sep) \
-      else records_dir
-  here = provenance.git_state()
   return [
       "# Does the learning rate transfer? Each placement's optimal lr from 12 to 96 layers and over width", "",
-      f"Generated {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} by `python -m "
-      f"resnorm.results --report=transfer` (or `--from_records`) at commit `{(here['git_commit'] or 'unknown')[:10]}`.",
-      "",
-      f"From the run records in `{where}` (design `{D.__name__}` sha256 "
-      f"{', '.join(f'`{k}`' for k in sorted(map(str, S.designs)))}; code fingerprint "
-      f"{', '.join(f'`{k}`' for k in sorted(map(str, S.fingerprints)))}; runs at commit "
-      f"{', '.join(f'`{c}`' for c in commits)}). Runs: {len(recs)} of {S.total} finished ({diverged} diverged); "
-      f"{run_s / 3600:.2f} run-hours, start to finish, summed over the records. Every number below is read from "
-      "the records.", ""]
+      engine_page.generated("transfer"), "",
+      f"From the run records in `{S.ledger.where(paths.ROOT)}` (design `{D.__name__}` sha256 "
+      f"{engine_page.quoted(sorted(map(str, S.designs)))}; code fingerprint "
+      f"{engine_page.quoted(sorted(map(str, S.fingerprints)))}; runs at commit "
+      f"{engine_page.quoted(engine_page.commits(recs))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
+      f"diverged); {lg.run_seconds(recs) / 3600:.2f} run-hours, start to finish, summed over the records. Every "
+      "number below is read from the records.", ""]
 
 
 def scale_lines(d) -> list[str]:
@@ -165,9 +158,9 @@ def scale_lines(d) -> list[str]:
           "whether it moves is the question, not its value."]
 
 
-def page(d, S, stats, shifts, records_dir) -> list[str]:
+def page(d, S, stats, shifts) -> list[str]:
   unfinished = [c for c, cs in stats.items() if not cs.complete]
-  return [*header(d, S, records_dir), *scale_lines(d), "",
+  return [*header(d, S), *scale_lines(d), "",
           "## The design", "",
           f"Fixed in `resnorm/results/transfer/design.py` (status `{D.STATUS}`) before the first record: its "
           "docstring gives the recipe, the grid and its growth, the statistics and the budget. The rules:", "",
