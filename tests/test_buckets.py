@@ -182,7 +182,7 @@ def test_train_preempt_resume_eval_generate_in_a_bucket(gcs, text_corpus, tmp_pa
   samples = wd.read_jsonl(f"{run}/eval/samples_step_24.jsonl")
   assert len(samples) == 1 and samples[0]["prompt"] == "def f" and len(samples[0]["tokens"]) <= 5
 
-  from resnorm.results import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
+  from resnorm.results.v4 import claims  # resnorm.results --root=gs://...: how it reads each run of its grid
   read = claims.Runs._read(run)
   assert read["loss"] == final_eval and [(st, full) for st, full, _ in read["evals"]] == [
       (s, e) for s, _, e in _losses(local) if e is not None]

@@ -1,4 +1,4 @@
-"""resnorm/results/claims_v5.py and report_v5_md.py on hand-made records of the full design: a placement built to be
+"""resnorm/results/v5/claims.py and report_v5_md.py on hand-made records of the full design: a placement built to be
 worth exactly m times Pre-Norm's compute reads log m per seed; failures count at the byte-uniform loss and are never
 dropped; a missing record leaves its parts pending; C12's, C13's and C16's statistics against their float64
 transcriptions; the compute counts each placement's own FLOPs."""
@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 
 from resnorm.core.errors import InputError
-from resnorm.results import claims_v5 as c5
-from resnorm.results import compute_equiv as ce
-from resnorm.results import design_v5 as v5
-from resnorm.results import grid_v5, records, verdicts
-from resnorm.results import report_v5_md as md
+from resnorm.results import records, verdicts
 from resnorm.results.engine import paths
+from resnorm.results.v5 import claims as c5
+from resnorm.results.v5 import compute_equiv as ce
+from resnorm.results.v5 import design as v5
+from resnorm.results.v5 import grid as grid_v5
+from resnorm.results.v5 import page as md
 
 D = grid_v5.design("full")
 A, B = 4.0, 0.08   # the hand-made Pre-Norm law L = A C^-B

@@ -1,10 +1,10 @@
-"""Compute-equivalent multipliers (resnorm/results/compute_equiv.py): recovered exactly from a known power law, the
+"""Compute-equivalent multipliers (resnorm/results/v5/compute_equiv.py): recovered exactly from a known power law, the
 placement's own FLOPs charged to it, the paired-seed bootstrap's coverage and its use of the pairing, failed runs
 counted at their stated worst value."""
 import numpy as np
 import pytest
 
-from resnorm.results import compute_equiv
+from resnorm.results.v5 import compute_equiv
 
 C_K = np.array([1e12, 2.2e12, 4.5e12, 9e12])          # a ladder spanning 9x in compute
 

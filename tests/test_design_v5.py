@@ -1,11 +1,11 @@
-"""Report v5's design (resnorm.results.design_v5): the ladder the report's issue asks for, a grid that fits its
+"""Report v5's design (resnorm.results.v5.design): the ladder the report's issue asks for, a grid that fits its
 budget by the measured step times, one design entry per claim part, and a power row per part."""
 import math
 
 from resnorm.config import configlib
 from resnorm.model import flops, residual
-from resnorm.results import design_v5 as v5
 from resnorm.results import verdicts
+from resnorm.results.v5 import design as v5
 
 
 def test_the_ladder_has_four_widths_spanning_eight_times_the_params_at_one_depth():

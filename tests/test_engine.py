@@ -10,12 +10,13 @@ import types
 import pytest
 
 from resnorm.core.errors import InputError
-from resnorm.results import grid_v5, records
+from resnorm.results import records
 from resnorm.results.engine import driver, ledger as lg
 from resnorm.results.engine import paths
 from resnorm.results.engine.readme import Block
 from resnorm.results.engine.spec import Built, Plan, Spec
-from resnorm.results.specs import REGISTRY
+from resnorm.results.registry import REGISTRY
+from resnorm.results.v5 import grid as grid_v5
 from test_cli import ROOT
 
 COMMITTED_V5 = os.path.join(ROOT, "tests", "data", "records_v5_test")
@@ -231,6 +232,28 @@ def test_a_failed_run_still_leaves_a_page_of_the_others_and_the_sweeps_exit_code
   monkeypatch.setattr(driver, "run_grid", lambda *a, **k: 2)  # the sweep refused its input: nothing written
   (tmp_path / "results_v5.md").unlink()
   assert driver.main(REGISTRY, f) == 2 and not (tmp_path / "results_v5.md").exists()
+  # submitted to SLURM, the grid's runs still queued: the page of what has finished, and exit 0
+  monkeypatch.setattr(driver, "run_grid", lambda *a, **k: 1)
+  assert driver.main(REGISTRY, flags(**{**vars(f), "launcher": "slurm"})) == 0
+  assert (tmp_path / "results_v5.md").exists()
+
+
+def test_each_report_that_is_not_its_committed_design_has_a_directory_of_its_own(monkeypatch):
+  """A test-size or accelerator design: no records of its own, no README, and a default directory that no other
+  report's shares (runs/report_<report>_<size>; v4's runs/report_<size or scale>); docs/ refused."""
+  monkeypatch.setenv(paths.SIZE_ENV, "test")
+  outs = {name: driver.plan(REGISTRY[name], flags(from_records=False), records_given=False)
+          for name in ("v5", "transfer")}
+  assert {n: p.out for n, p in outs.items()} == {"v5": "runs/report_v5_test", "transfer": "runs/report_transfer_test"}
+  assert all(p.records is None and p.readme is None for p in outs.values())
+  v4 = REGISTRY["v4"]
+  tpu = {"size": "full", "scale": "tpu"}
+  assert not v4.full(tpu) and v4.tag(tpu) == "tpu" and v4.full({"size": "full", "scale": "cpu"})
+  monkeypatch.setenv(paths.SIZE_ENV, "full")
+  p = driver.plan(v4, flags(from_records=False, scale="tpu", data_paths="c4/*.json.gz"), records_given=False)
+  assert (p.out, p.records, p.readme) == ("runs/report_tpu", None, None)
+  with pytest.raises(InputError, match="docs/ holds the full CPU design's report"):
+    driver.plan(v4, flags(from_records=False, scale="tpu", data_paths="c4/*.json.gz", out="docs"), records_given=False)
 
 
 def test_no_engine_code_knows_a_report_by_name():

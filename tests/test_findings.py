@@ -1,4 +1,4 @@
-"""resnorm/results/findings.py: the README's findings and hero caption are generated from the committed records'
+"""resnorm/results/v4/findings.py: the README's findings and hero caption are generated from the committed records'
 report, and docs/results_notes.md is checked against the generated tables: every number it quotes, every part it
 names, every verdict word, and null wordings only for parts that are not reproduced. Planted errors are caught."""
 import os
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from resnorm.results import findings, grid
 from resnorm.results.engine import claims as claim_rule
+from resnorm.results.v4 import findings, grid
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -25,9 +25,9 @@ def report(tmp_path_factory):
   r = subprocess.run([sys.executable, "-m", "resnorm.results", "--from_records", "--report=v4", f"--out={out}"],
                      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert r.returncode == 0, r.stderr[-2000:]
-  from resnorm.results import claims as cl
-  from resnorm.results import results_md
-  from resnorm.results.specs import v4
+  from resnorm.results.v4 import claims as cl
+  from resnorm.results.v4 import page as results_md
+  from resnorm.results.v4 import spec as v4
   d = grid.design(sweep_file.FULL, "full")
   Rs = {c: cl.Runs("", d, c, RECORDS) for c in d["corpora"]}
   by_corpus, summary = v4.evaluate_claims(Rs, d)
@@ -51,7 +51,7 @@ def test_the_notes_match_the_tables(report):
 
 def test_the_readme_findings_and_caption_are_the_generated_ones(report):
   from resnorm.results import verdicts
-  from resnorm.results import claims as cl
+  from resnorm.results.v4 import claims as cl
   text = _readme()
   rows = verdicts.power_table(cl.DESIGN, report["d"]["block_seeds"], report["summary"]["design_m"], cl.DESIGN_CALLS)
   block = findings.readme_block(report["by_corpus"], report["summary"], rows)
@@ -114,7 +114,7 @@ def test_a_verdict_said_of_both_corpora_must_hold_on_both():
 
 def _hand_report(flag_b=None):
   """One claim, one part, on both corpora: reproduced on each; flag_b flags it on the second corpus."""
-  from resnorm.results import claims as cl
+  from resnorm.results.v4 import claims as cl
   from resnorm.results import verdicts
 
   class D:
@@ -137,7 +137,7 @@ def test_a_claim_reads_on_both_corpora_only_when_its_words_are_the_same_on_both(
 
 
 def test_the_checker_reads_same_sign_different_size_as_a_replication_verdict():
-  from resnorm.results import replication as rp
+  from resnorm.results.v4 import replication as rp
   f = {"numbers": [], "parts": {"C4a": {}}, "claims": {}, "corpora": ["pystdlib", "shakespeare"], "cells": {},
        "replication": {"C4a": rp.DID_NOT_REPLICATE}}
   said = "C4a is same sign, different size across the corpora."

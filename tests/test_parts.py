@@ -1,8 +1,8 @@
-"""resnorm/results/parts.py's pieces on their own: the control condition, the per-seed slope and the regime's
+"""resnorm/results/v4/parts.py's pieces on their own: the control condition, the per-seed slope and the regime's
 readings."""
 import pytest
 
-from resnorm.results import parts
+from resnorm.results.v4 import parts
 
 
 class _Runs:
@@ -33,7 +33,7 @@ def test_the_regime_compares_the_subset_at_75_and_100_percent(tmp_path):
   """Three seeds whose evals score the full set and the fixed subset differently (test_runs.EVALS): the trajectory
   reads the subset at every fraction, 100% included (3.2 + shift, not the final full-set 3.0 + shift), and the
   per-seed change over the last quarter is the subset's 3.2 - 3.45 = -0.25 (the full set at 100% would give -0.45)."""
-  from resnorm.results import runs
+  from resnorm.results.v4 import runs
   from test_runs import EVALS, R100, design, write_run
   shifts = {0: 0.0, 1: 0.01, 2: 0.03}
   for s, shift in shifts.items():

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from resnorm.results import grid, records
+from resnorm.results import records
 from resnorm.results.engine import paths
-from resnorm.results.specs.v4 import SPEC as V4
+from resnorm.results.v4 import grid
+from resnorm.results.v4.spec import SPEC as V4
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -121,7 +122,7 @@ def test_a_record_reads_the_same_numbers_as_its_run(tmp_path):
   """A run whose evals score the full set and the subset differently, and its record: Runs reads the same loss from
   both at every fraction, on either set (the subset's loss included, which the regime compares), and the same
   diagnostics rows."""
-  from resnorm.results import runs
+  from resnorm.results.v4 import runs
   from test_runs import EVALS, R100, design, write_run
   corpus = "shakespeare"
   path = write_run(tmp_path / "runs", R100, 0, corpus=corpus)

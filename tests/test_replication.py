@@ -1,4 +1,4 @@
-"""resnorm/results/replication.py: replication across the corpora as its own test. The interaction pairs the corpora
+"""resnorm/results/v4/replication.py: replication across the corpora as its own test. The interaction pairs the corpora
 by seed (a seed gives identical initial weights on both), its p-values form a second Benjamini-Hochberg family, and
 "replicated" / "did not replicate" come from the interaction's interval alone, never from the two corpora's
 significance."""
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from resnorm.results import replication as rp
 from resnorm.results import verdicts
+from resnorm.results.v4 import replication as rp
 
 
 class _D:

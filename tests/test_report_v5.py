@@ -1,4 +1,4 @@
-"""resnorm/results/grid_v5.py and specs/v5.py: the grid names every run once with a valid config; points with a
+"""resnorm/results/v5/grid.py and specs/v5.py: the grid names every run once with a valid config; points with a
 record are left out of the sweep; the page rebuilds from committed records alone (real test-size runs), the same
 twice but for the line that says when; a damaged record stops it in one line; and, in the integration suite, the
 test-size grid runs, records each run and reports end to end."""
@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from resnorm.config import configlib
-from resnorm.results import claims_v5 as c5
-from resnorm.results import design_v5 as v5
-from resnorm.results import grid_v5
 from resnorm.results.engine import paths
+from resnorm.results.v5 import claims as c5
+from resnorm.results.v5 import design as v5
+from resnorm.results.v5 import grid as grid_v5
 from test_cli import ENV, ROOT
 
 COMMITTED = os.path.join(ROOT, "tests", "data", "records_v5_test")
@@ -130,7 +130,7 @@ def _page(d, recs, out, readme=None) -> str:
   """Report v5's page as the engine writes it from the records in recs (and the README's block, where given)."""
   from resnorm.results.engine import driver
   from resnorm.results.engine.spec import Plan
-  from resnorm.results.specs import v5 as spec
+  from resnorm.results.v5 import spec
   return open(driver.write(spec.SPEC, Plan(d, recs, str(out), "", str(readme) if readme else None), False, 0.0)).read()
 
 
@@ -144,7 +144,7 @@ def _tree(root):
 
 def test_the_readme_given_gets_the_pages_findings_between_its_markers(tmp_path):
   """The engine puts the page's own findings lines between the README's v5 markers, the rest as it was."""
-  from resnorm.results import report_v5_md as md
+  from resnorm.results.v5 import page as md
   readme = tmp_path / "README.md"
   readme.write_text(f"a\n{md.BEGIN}\nold\n{md.END}\nb\n")
   page = _page(grid_v5.design("test"), COMMITTED, tmp_path / "out", readme)
@@ -158,7 +158,7 @@ def test_from_records_with_the_readmes_v5_markers_removed_writes_nothing(tmp_pat
   this checkout whose README lost its v5 markers: exit 2 with the one line, and docs/ and the README as they were:
   report v5's check of the README runs before report v4 writes its page, and before v5 writes its own."""
   import shutil
-  from resnorm.results import report_v5_md as md
+  from resnorm.results.v5 import page as md
   copy = tmp_path / "checkout"
   for name in ("resnorm", "configs", "docs", "results", "README.md", "pyproject.toml"):
     (shutil.copytree if os.path.isdir(os.path.join(ROOT, name)) else shutil.copy)(os.path.join(ROOT, name),
@@ -187,3 +187,12 @@ def test_the_header_counts_diverged_and_stalled_runs_apart(tmp_path):
     records.write(paths.record_path(str(recs), "pystdlib", grid_v5.run_name(p, 0, "pystdlib")), rec)
   page = _page(d, str(recs), tmp_path / "out")
   assert "Runs: 3 of 360 finished (1 diverged, 1 learned nothing beyond byte frequencies)" in page
+
+
+def test_the_recorder_watches_the_runs_by_their_record_names():
+  """The spec's runs are named as the grid's records are: every committed test-size record is one of them, in
+  its corpus, and every run has one (the recorder writes each finished run's record under that name)."""
+  from resnorm.results.registry import REGISTRY
+  runs = REGISTRY["v5"].runs(grid_v5.design("test"), COMMITTED)
+  on_disk = {(c, n[:-5]) for c in os.listdir(COMMITTED) for n in os.listdir(os.path.join(COMMITTED, c))}
+  assert {(c, name) for c, _, _, name in runs} == on_disk and len(runs) == len(on_disk)

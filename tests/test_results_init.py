@@ -1,4 +1,4 @@
-"""Report v4's init-time and gain claims (resnorm/results/claims.py: C1, C2, C10) on hand-made init diagnostics and
+"""Report v4's init-time and gain claims (resnorm/results/v4/claims.py: C1, C2, C10) on hand-made init diagnostics and
 runs with known answers."""
 import json
 import math
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from resnorm.results import claims as cl
-from resnorm.results import grid
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import grid
 from test_results import _fake_run, judged, sweep_file
 
 

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from resnorm.core.errors import InputError
-from resnorm.results import claims as cl
-from resnorm.results import grid
 from resnorm.results.engine import paths
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import grid
 from test_cli import ENV, ROOT
 from test_results import _fake_run, sweep_file
 
@@ -53,7 +53,7 @@ def test_tpu_design_and_its_budget(monkeypatch):
 
 def test_unfinished_lists_every_run_not_finished(tmp_path):
   """The report of a partly finished grid names each run that has not finished, with its state."""
-  from resnorm.results import results_md
+  from resnorm.results.v4 import page as results_md
   d = grid.design(sweep_file.FULL, "test")
   pts = grid.points(d)
   (c0, r0, s0), (c1, r1, s1) = pts[0], pts[1]
@@ -81,9 +81,9 @@ def test_bad_launcher_flag_is_one_line_and_no_report(tmp_path, text_corpus):
 def test_report_of_a_grid_with_nothing_finished_draws_every_figure(tmp_path):
   """A partial report (the SLURM or TPU grid still running) writes every figure, even one whose runs are all
   missing; a log axis with no data must not crash it (it did, on a real partial grid)."""
-  from resnorm.results import results_figs
+  from resnorm.results.v4 import figs as results_figs
   from resnorm.results.engine.spec import Plan
-  from resnorm.results.specs import v4
+  from resnorm.results.v4 import spec as v4
   d = grid.design(sweep_file.FULL, "test")
   plan = Plan(d, None, str(tmp_path / "out"), str(tmp_path / "runs"), None)
   ledger, Rs = v4.SPEC.read(plan)

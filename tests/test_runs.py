@@ -1,12 +1,12 @@
-"""resnorm/results/runs.py: the grid's runs read at a fraction of their steps, on the full eval set or its fixed
+"""resnorm/results/v4/runs.py: the grid's runs read at a fraction of their steps, on the full eval set or its fixed
 subset, and their diagnostics: from hand-made run directories whose every eval and diagnostics step differs."""
 import json
 import os
 
 import pytest
 
-from resnorm.results import claims as cl
-from resnorm.results import grid
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import grid
 from test_results import _fake_run, sweep_file
 
 R100 = grid.Recipe("pre_norm", 2, 1e-2, 0.5, 100)
@@ -88,7 +88,8 @@ def test_a_report_from_records_reads_no_diagnostics_before_the_first_trained_one
   committed report reads them: a diagnostics part's trajectory at 50% and 75% of training is None, not the init's
   median cosine; its value at the end is the trained one; and the regime has no change over the last quarter to
   test (the init's rows would make one of 0.3 - 0.9)."""
-  from resnorm.results import parts, records, runs
+  from resnorm.results import records
+  from resnorm.results.v4 import parts, runs
   recs = tmp_path / "records"
   R = runs.Runs("", design(), "pystdlib", str(recs))
   for s in range(3):

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from resnorm.plan import dryrun, memplan
-from resnorm.scale import tpu_compiler
 from resnorm.core.errors import InputError
-from resnorm.results import tpu_budget
+from resnorm.plan import dryrun, memplan
+from resnorm.results.v4 import tpu_budget
+from resnorm.scale import tpu_compiler
 from test_cli import ROOT
 
 HAVE_LIBTPU = tpu_compiler.libtpu_version() is not None

@@ -252,14 +252,14 @@ def test_the_test_grid_runs_records_grows_and_reports(tmp_path):
 
 
 def records_design_sha():
-  from resnorm.results.specs import transfer
+  from resnorm.results.transfer import spec as transfer
   return transfer.design_identity()["design_sha256"]
 
 
 def test_the_repositorys_records_name_this_design():
   """The design is fixed before the first record: every committed record names the design file's bytes as they are
   (an edit to the design after the grid started fails here)."""
-  from resnorm.results.specs import transfer
+  from resnorm.results.transfer import spec as transfer
   recs = os.path.join(ROOT, grid.DEFAULT_RECORDS, D.CORPUS)
   names = sorted(os.listdir(recs)) if os.path.isdir(recs) else []
   want = transfer.design_identity()
@@ -302,3 +302,14 @@ def test_the_committed_page_is_the_rebuild_from_the_repositorys_records(tmp_path
   assert r.returncode == 0, r.stderr[-2000:]
   want = open(os.path.join(ROOT, "docs", "transfer.md")).read()
   assert _without_generated((tmp_path / "transfer.md").read_text()) == _without_generated(want)
+
+
+def test_the_waves_run_what_the_records_lack_and_stop_when_none_is_missing(tmp_path):
+  """The spec's runs are the grid's missing runs: every base point of the lowest seed for an empty records
+  directory, and none once every point the records grow has a record (the engine's wave loop then ends, exit 0)."""
+  from resnorm.results.registry import REGISTRY
+  spec, d = REGISTRY["transfer"], grid.design("test")
+  assert [(p, s, name) for _, p, s, name in spec.runs(d, str(tmp_path))] == \
+      [(p, s, grid.run_name(p, s)) for p, s in grid.missing(d, str(tmp_path))] != []
+  assert {s for _, _, s, _ in spec.runs(d, str(tmp_path))} == {0}
+  assert spec.runs(d, COMMITTED) == [] and grid.points(d, COMMITTED)

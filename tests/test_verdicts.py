@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from resnorm.results import design, verdicts
+from resnorm.results import verdicts
+from resnorm.results.v4 import design
 
 
 def test_t_test_is_scipys_two_sided_test_and_its_intervals():
@@ -272,7 +273,8 @@ def test_a_claim_whose_parts_disagree_in_sign_is_mixed_and_carries_its_parts_fla
 def test_every_declared_part_kind_names_a_part_of_its_report_and_each_page_lists_its_post_hoc_rules():
   """A misspelt part in post_hoc.KINDS would leave that part judged as `effect` without a word: each key is a part of
   its report's design, and each kind is one the rule reads."""
-  from resnorm.results import design_v5, post_hoc
+  from resnorm.results import post_hoc
+  from resnorm.results.v5 import design as design_v5
   designs = {"v4": design.DESIGN, "v5": design_v5.DESIGN}
   for report, kinds in post_hoc.KINDS.items():
     assert set(kinds) <= set(designs[report]), report

@@ -1,8 +1,8 @@
 """The grid behind docs/results.md (`make results`): python -m resnorm.sweep configs/sweeps/results.py --root=DIR
 
-FULL is report v4's design; resnorm/results/grid.py turns it into named runs on both corpora (pystdlib, shakespeare)
+FULL is report v4's design; resnorm/results/v4/grid.py turns it into named runs on both corpora (pystdlib, shakespeare)
 and shrinks it for --quick and the test, chosen by $RESNORM_RESULTS_SIZE. Seeds are per block of runs, fixed before
-the grid by the power table (resnorm/results/design.py); a seed gives every variant the same base weights. Points
+the grid by the power table (resnorm/results/v4/design.py); a seed gives every variant the same base weights. Points
 that already have a run record ($RESNORM_RESULTS_RECORDS, results/v4/) are left out.
 
 The cost of v4's design, measured 2026-12-04 on the 2-core development CPU (Intel Xeon), one run of each kind, two
@@ -19,11 +19,11 @@ stops at 2000 steps; the map, C6, C8-C10 stay at 200 steps. Whether a part's run
 the runs (resnorm/results/verdicts.py, TOST), and the report says so part by part. budget() below is v2's
 steps x layers yardstick, kept for its test; on today's machine it underestimates by about 2x.
 """
-from resnorm.results import design, grid
+from resnorm.results.v4 import design, grid
 
 FULL = {
     "steps": 200,                      # every map run (Xiong-style 10% warmup = 20 steps)
-    # seeds per block of runs, fixed before the grid by the power table (resnorm/results/design.py); a recipe read by
+    # seeds per block of runs, fixed before the grid by the power table (resnorm/results/v4/design.py); a recipe read by
     # several blocks runs the largest count; no data-dependent second stage
     "block_seeds": design.BLOCK_SEEDS,
     "variants": ("pre_norm", "post_norm", "hc", "mhc"),

@@ -1,7 +1,7 @@
-"""Report v5's pilot ladder (resnorm/results/design_v5.py): Pre-Norm alone at the ladder's widths, seed 0, both
+"""Report v5's pilot ladder (resnorm/results/v5/design.py): Pre-Norm alone at the ladder's widths, seed 0, both
 corpora, each width at the design's tokens per param. It gives the slope of loss against compute at this scale,
 from which the design's multiplier parts get their per-seed sd. 8 runs; not records of the report."""
-from resnorm.results import design_v5 as v5
+from resnorm.results.v5 import design as v5
 
 
 def sweep(add):

@@ -3,8 +3,8 @@ from absl import flags
 
 from resnorm.core.errors import run_app
 from resnorm.results import results
-from resnorm.sweep import slurm, sweep_flags
 from resnorm.results.results import main
+from resnorm.sweep import slurm, sweep_flags
 
 # --help lists the flags this command takes, wherever they are defined (absl shows only the main module's)
 for _module in (results, sweep_flags, slurm):

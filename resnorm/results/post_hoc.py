@@ -37,9 +37,9 @@ RULES = {
 
 
 # What each report fixed before its records, and when its later rules came, as its page says them.
-FIXED = {"v4": ("the design's blocks, seeds, pilot sds and effects of interest (resnorm/results/design.py, commit "
+FIXED = {"v4": ("the design's blocks, seeds, pilot sds and effects of interest (resnorm/results/v4/design.py, commit "
                 "eac5c17), before the grid", "after the last record"),
-         "v5": ("resnorm/results/design_v5.py (commit 84c0ae1), before the first record", "after the first record")}
+         "v5": ("resnorm/results/v5/design.py (commit 84c0ae1), before the first record", "after the first record")}
 
 
 def kind(report: str, cid: str, label: str) -> str:

@@ -1,5 +1,5 @@
 """The reports' command: python -m resnorm.results [--report=v4|v5|transfer|all] [--from_records] [--quick]
-[--root=R] [--out=docs] [--jobs=K]. Every report is a spec (resnorm/results/specs/) run by the one engine
+[--root=R] [--out=docs] [--jobs=K]. Every report is a spec (resnorm/results/registry.py) run by the one engine
 (resnorm/results/engine/driver.py): the grid through resnorm.sweep with each finished run's record written as it
 finishes, then the page, its figures and its README block from the records alone. --quick and --scale=tpu are
 report v4's other designs; $RESNORM_RESULTS_SIZE=test is the tests' size.
@@ -7,9 +7,9 @@ report v4's other designs; $RESNORM_RESULTS_SIZE=test is the tests' size.
 from absl import flags
 
 from resnorm.core.errors import check, run_app
-from resnorm.results import grid
 from resnorm.results.engine import driver
-from resnorm.results.specs import REGISTRY
+from resnorm.results.registry import REGISTRY
+from resnorm.results.v4 import grid
 from resnorm.sweep import slurm, sweep_flags  # noqa: F401 (--slurm.*; --root --jobs --launcher, as resnorm.sweep's)
 
 FLAGS = flags.FLAGS

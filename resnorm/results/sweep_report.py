@@ -2,11 +2,11 @@
 import csv
 import io
 
+from resnorm.core.errors import InputError, check
 from resnorm.io import storage, workdir as wd
 from resnorm.model import diagnostics
 from resnorm.results import paired
 from resnorm.viz import plots
-from resnorm.core.errors import InputError, check
 
 COLUMNS = ("run", "residual", "layers", "lr", "warmup", "seed", "status", "stalled", "diverged_step",
            "final_train_loss", "final_eval_loss", "unigram_eval_loss", "bits_per_byte", "spikes", "cos_last_quarter",

@@ -14,7 +14,7 @@ claim's predicted sign, so that the claim predicts mean(x) > 0, over the seeds t
 - intervals: the FCR-adjusted interval of Benjamini & Yekutieli (2005), at level 1 - R Q / m (m the tested parts;
   R = 1 when there is none), printed beside the unadjusted 95% interval. At that level a t-test part's interval
   excludes 0 exactly when BH selects it.
-- verdict (classify(); the rule is declared in resnorm/results/design.py, VERDICT_RULE): from that interval, signed so
+- verdict (classify(); the rule is declared in resnorm/results/v4/design.py, VERDICT_RULE): from that interval, signed so
   that the claim predicts > 0, and the part's effect of interest delta: **reproduced** when it lies above 0 (flagged
   "smaller than claimed" when it also lies below delta); **opposite** when it lies below 0; **not reproduced** (a
   decided null) when it reaches 0 and lies below delta; **undecided** when it reaches both 0 and delta. Only a part

@@ -1,5 +1,5 @@
 """Report v4 (docs/results.md): the claims C1-C10 of the source articles on two corpora (design:
-resnorm/results/design.py, grid: resnorm/results/grid.py, sweep: configs/sweeps/results.py), from its records in
+resnorm/results/v4/design.py, grid: resnorm/results/v4/grid.py, sweep: configs/sweeps/results.py), from its records in
 results/v4/, or at --quick and --scale=tpu from the runs' workdirs. Besides the grid's runs, the init diagnostics of
 C1-C2 are computed in the reporting process (records under results/v4/<corpus>/init/)."""
 import importlib.util
@@ -7,13 +7,14 @@ import os
 
 from resnorm.core.errors import check
 from resnorm.io import storage, workdir as wd
-from resnorm.results import claims as cl
-from resnorm.results import findings, grid, records, replication
-from resnorm.results import results_md as md
+from resnorm.results import records
 from resnorm.results.engine import paths
 from resnorm.results.engine.ledger import Ledger
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
-from resnorm.results.runs import Runs
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import findings, grid, replication
+from resnorm.results.v4 import page as md
+from resnorm.results.v4.runs import Runs
 
 SWEEP = os.path.join("configs", "sweeps", "results.py")
 
@@ -100,7 +101,7 @@ def page_lines(Rs: dict, d, out: str, wall_s: float, by_corpus, summary) -> list
   if todo:
     lines += [f"**Unfinished: {len(todo)} of {k['runs']} runs** (their cells read \"missing\"; rerun the same command "
               "when they end): " + ", ".join(todo) + ".", ""]
-  from resnorm.results import results_figs as figs
+  from resnorm.results.v4 import figs
   for i, c in enumerate(by_corpus[next(iter(by_corpus))]):
     lines += [f"### {c['id']}", "", f"**{c['claim']}** ({c['source']}).", ""]
     for corpus, R in Rs.items():
@@ -154,7 +155,7 @@ class V4(Spec):
 
   def before_grid(self, plan: Plan, flags) -> None:
     if plan.d["scale"] == "tpu" and flags.memory_plan:
-      from resnorm.results import tpu_budget
+      from resnorm.results.v4 import tpu_budget
       mod = sweep_module()
       print(f"budget on {flags.target} at {mod.ASSUMED_MFU:.0%} MFU (assumed), and each model's memory plan:",
             flush=True)

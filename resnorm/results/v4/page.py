@@ -1,15 +1,16 @@
 """The markdown of docs/results.md: the claims table, each claim's per-part rows (test, intervals at the correction's
 level and at 95%, the a-priori and the observed minimum detectable effect, failures, condition, regime, verdict), the
 power table and the rule; the stability maps, the run counts and the design in words. The comparison of the two
-corpora is resnorm/results/replication.py's."""
+corpora is resnorm/results/v4/replication.py's."""
 import os
 
 import numpy as np
 
-from resnorm.results import claims as cl
-from resnorm.results import design, grid, records, verdicts
 from resnorm.results import post_hoc as post_hoc_rules
+from resnorm.results import records, verdicts
 from resnorm.results.engine import paths
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import design, grid
 
 
 def _sd(values):
@@ -186,7 +187,7 @@ def power_table(d, summary) -> list[str]:
   level = rows[0]["level"] if rows else 0.0
   t_rows = [r for r in rows if r["decidable"] is not None]
   out = [post_hoc_rules.paragraph("v4"), "",
-         f"**Design** (resnorm/results/design.py, fixed before the grid): per part its pilot standard deviation per "
+         f"**Design** (resnorm/results/v4/design.py, fixed before the grid): per part its pilot standard deviation per "
          f"seed (report v3's tables), its seeds, and the a-priori minimum detectable effect at 80% power of the two-sided "
          f"t-test at the design level {level:.3g} = q x {cl.DESIGN_CALLS} / {summary['design_m']} (BH's threshold "
          f"once the {cl.DESIGN_CALLS} parts whose pilot effect exceeded 8 standard deviations are called), beside "
@@ -213,7 +214,7 @@ def rule_text(summary, d) -> str:
           "\"observed MDE\" is post hoc, from the part's own std on its few degrees of freedom at the report's BH "
           "level, and says nothing about what the design could detect. No seed is "
           "dropped for an outcome of an arm under test: a part may condition only on its control arm (declared in "
-          "resnorm/results/claims.py); a stalled run keeps its loss, a diverged run has none (nothing is imputed), "
+          "resnorm/results/v4/claims.py); a stalled run keeps its loss, a diverged run has none (nothing is imputed), "
           "and a seed whose arm under test failed where the statistic needs it is judged by the worst case (that "
           "seed at the least favourable value observed), which must agree for the verdict to stand. A part that "
           "reads trained runs must have settled: TOST at 0.05 shows the per-seed change of its statistic over the "
@@ -227,7 +228,7 @@ def values_cell(p) -> str:
 
 
 def map_tables(R, d) -> list[str]:
-  from resnorm.results import results_figs as figs  # matplotlib: only where a page is built
+  from resnorm.results.v4 import figs  # matplotlib: only where a page is built
   cols = [(lr, f) for lr in d["lrs"] for f in d["warmup_fracs"]]
   out = []
   for L in d["map_depths"]:

@@ -1,14 +1,14 @@
-"""Report v5's claims C11-C17 and its compute-equivalent table, from the grid's records alone (design_v5 declares
-both; grid_v5 names the runs).
+"""Report v5's claims C11-C17 and its compute-equivalent table, from the grid's records alone (design.py declares
+both; grid.py names the runs).
 
-Per part and corpus, x_s is the per-seed statistic, signed so that the claim predicts x_s > 0 (design_v5.CLAIMS):
+Per part and corpus, x_s is the per-seed statistic, signed so that the claim predicts x_s > 0 (design.CLAIMS):
 - the multiplier parts (C11, C14, C15): mean_k log(C_pre,s(L_k,s) / C_k), C_pre,s the power law
   (compute_equiv.fit_power_law) fitted to Pre-Norm's ladder of seed s and L_k,s the arm's final loss at width k;
 - C12a/b: Pre-Norm's coefficient of variation over sublayers of act_rms / grad_norm at the end of training at the
   top width, minus AttnRes's;
 - C13: G_block - G_full / 2, G_arm = mean_k (L_pre,k,s - L_arm,k,s);
 - C16, C17: G_arm.
-A diverged run's loss is design_v5.FAIL_LOSS; a seed whose statistic is still undefined takes the least favourable
+A diverged run's loss is design.FAIL_LOSS; a seed whose statistic is still undefined takes the least favourable
 value among the other seeds. A part with a run not finished is pending. The parts of both corpora are judged
 together by verdicts.finalize (one Benjamini-Hochberg family, v4's four-outcome rule) and claims by engine.claims.combine.
 
@@ -21,12 +21,13 @@ import math
 
 import numpy as np
 
-from resnorm.results import compute_equiv as ce
-from resnorm.results import design_v5 as v5
-from resnorm.results import grid_v5, post_hoc, records, verdicts
+from resnorm.results import post_hoc, records, verdicts
 from resnorm.results.engine import claims as claim_rule
 from resnorm.results.engine import paths
 from resnorm.results.engine.ledger import Ledger
+from resnorm.results.v5 import compute_equiv as ce
+from resnorm.results.v5 import design as v5
+from resnorm.results.v5 import grid as grid_v5
 
 
 class Table:
@@ -202,7 +203,7 @@ def paper_figure(arm: str) -> float | None:
 # The costs a multiplier can charge an arm: its FLOPs as resnorm.model.flops computes them (the depth store's masked
 # slots included, so they move with model.depth_chunks), the base model's FLOPs alone (Pre-Norm's at the same width:
 # the papers' accounting, whose extra FLOPs are 1-7% at their scale), and the design's measured step time
-# (design_v5.STEP_MS: Pre-Norm's FLOPs times the arm's step-time ratio at that width).
+# (design.STEP_MS: Pre-Norm's FLOPs times the arm's step-time ratio at that width).
 ACCOUNTINGS = ("FLOPs as computed", "base FLOPs", "step time")
 
 

@@ -6,10 +6,10 @@ with a model that does not fit --target is refused, naming the model and the set
 A model is what the memory plan compiles: a point's overrides less those that change only the trajectory (seed,
 learning rate, warmup, steps, eval/checkpoint cadence); whether diagnostics run stays (their step is compiled).
 """
-from resnorm.plan import memplan
 from resnorm.core.errors import InputError
+from resnorm.plan import memplan
 from resnorm.plan import memtable
-from resnorm.results import grid
+from resnorm.results.v4 import grid
 from resnorm.sweep import preflight
 
 TRAJECTORY_ONLY = ("seed", "train.lr", "train.warmup_steps", "train.steps", "train.eval_every", "train.ckpt_every")

@@ -9,7 +9,7 @@ of interest" when the interval also lies within +-delta); "replicated" when it r
 failures (pooled discordant pairs) have no per-seed pairing and no interaction test.
 """
 from resnorm.results import verdicts
-from resnorm.results.design import REPLICATION
+from resnorm.results.v4.design import REPLICATION
 
 REPLICATED, DID_NOT_REPLICATE, UNDECIDED = "replicated", "did not replicate", "undecided"
 SAME_SIGN = "same sign, different size"
@@ -93,7 +93,7 @@ def table(rep: dict, shown) -> list[str]:
     return []
   a, b = rep["corpora"]
   lines = ["## Both corpora", "",
-           f"Replication is its own test (resnorm/results/replication.py, declared in resnorm/results/design.py): per "
+           f"Replication is its own test (resnorm/results/v4/replication.py, declared in resnorm/results/v4/design.py): per "
            f"part the interaction {a} - {b}, the mean over seeds of the paired difference of the two corpora's "
            "per-seed values (a seed gives identical initial weights on both corpora), a two-sided paired t-test, "
            f"Benjamini-Hochberg at q = {REPLICATION['q']} over the {rep['m']} interactions (a second family, beside "

@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 
-from resnorm.results import grid, post_hoc, verdicts
-from resnorm.results.design import DESIGN, seeds
+from resnorm.results import post_hoc, verdicts
+from resnorm.results.v4 import grid
+from resnorm.results.v4.design import DESIGN, seeds
 
 # ---- per-seed quantities (None when a run they need is missing or has no value) -----------------------------------
 

@@ -1,20 +1,21 @@
 """Report v5's page (docs/results_v5.md), its loss-against-compute figure and the README's v5 findings, from
-claims_v5's judged parts and multipliers. Every number is read from the records; nothing is typed in."""
+claims.py's judged parts and multipliers. Every number is read from the records; nothing is typed in."""
 import math
 import os
 
 import matplotlib.ticker
 import numpy as np
 
+from resnorm.results import post_hoc, verdicts
 from resnorm.results.engine.readme import Block
-from resnorm.results import claims_v5 as c5
-from resnorm.results import compute_equiv as ce
-from resnorm.results import design, post_hoc, verdicts
-from resnorm.results import design_v5 as v5
+from resnorm.results.v4 import design
+from resnorm.results.v5 import claims as c5
+from resnorm.results.v5 import compute_equiv as ce
+from resnorm.results.v5 import design as v5
 
 NAMES = {"pystdlib": "Python", "shakespeare": "Shakespeare"}
 BEGIN = ("<!-- findings v5: generated from the run records by `python -m resnorm.results` "
-         "(resnorm/results/report_v5_md.py); edits between these markers are overwritten -->")
+         "(resnorm/results/v5/page.py); edits between these markers are overwritten -->")
 END = "<!-- /findings v5 -->"
 FINDINGS = Block(BEGIN, END, "v5 findings")
 FIGURE = "figures/v5_loss_compute.png"
@@ -38,7 +39,7 @@ def design_lines(T) -> list[str]:
     s = d["steps"][w]
     rows.append(f"| {w} | {w // v5.HEAD_DIM} | {v5.non_embedding_params(w, d['depth']):,} | {s} | "
                 f"{s * v5.BATCH * v5.SEQ:,} | {c5.compute('pre_norm', w, s, d['size']):.3g} |")
-  return [f"Design (resnorm/results/design_v5.py, status `{v5.STATUS}`, committed before the first record): "
+  return [f"Design (resnorm/results/v5/design.py, status `{v5.STATUS}`, committed before the first record): "
           f"{', '.join(d['arms'])} at {d['depth']} layers on the ladder below, {d['seeds']} seeds (a seed gives every "
           f"arm the same base weights and data order), corpora {', '.join(d['corpora'])}; lr {v5.LR:g}, warmup "
           f"{v5.WARMUP_FRAC:.0%}, cosine; one eval at the end on {v5.EVAL_BYTES:,} bytes of the stratified eval set; "
@@ -129,14 +130,14 @@ def multiplier_lines(T, mults: dict) -> list[str]:
   fits = [f"{c}: L = {f.a:.3g} C^-{f.b:.3g}" if f else f"{c}: no fit yet" for c, f in
           ((c, c5.pre_fit(T, c)) for c in T.d["corpora"])]
   return out + ["", f"Pre-Norm's fit over its seed means ({'; '.join(fits)}). A multiplier is Pre-Norm's compute to "
-                "reach the arm's loss over the compute charged to the arm (resnorm/results/compute_equiv.py), the "
+                "reach the arm's loss over the compute charged to the arm (resnorm/results/v5/compute_equiv.py), the "
                 "geometric mean over widths. What it depends on, column by column:", "",
                 "- **The cost charged.** *FLOPs as computed*: the arm's training FLOPs by resnorm.model.flops, its "
                 "own extra work included; at these widths that extra is a large share (the papers' 1-7% is at "
                 "widths 10-100x larger), and it counts the depth store's masked slots, so it moves with "
                 "`model.depth_chunks`. *Base FLOPs*: Pre-Norm's FLOPs at the same width, the papers' accounting. "
                 "*Step time*: Pre-Norm's FLOPs times the arm's measured step-time ratio at that width "
-                "(design_v5.STEP_MS, the design's own bench). The verdicts of C11, C14 and C15 use the first.",
+                "(v5/design.py STEP_MS, the design's own bench). The verdicts of C11, C14 and C15 use the first.",
                 "- **The seeds.** Each t interval is over the seeds' own multipliers, each seed's ladder against its "
                 "own Pre-Norm fit (the pairing). The pooled figure's percentile bootstrap resamples the same seeds "
                 "and is narrower: at 5 seeds it covers about 0.85 of the time where the t interval covers 0.95.",
@@ -254,7 +255,7 @@ def findings(T, parts, claim_verdicts, mults: dict) -> list[str]:
 
 
 def _step_cost(arm: str) -> str:
-  """The arm's extra step time over Pre-Norm's across the ladder, from the design's bench (design_v5.STEP_MS)."""
+  """The arm's extra step time over Pre-Norm's across the ladder, from the design's bench (design.STEP_MS)."""
   extra = [100 * (a / p - 1) for a, p in zip(v5.STEP_MS[arm], v5.STEP_MS["pre_norm"])]
   return f"{min(extra):+.0f}% to {max(extra):+.0f}%"
 

@@ -1,18 +1,18 @@
-"""Report v5 (docs/results_v5.md): do the 2026 depth-aggregation claims hold? (design: resnorm/results/design_v5.py,
-grid: resnorm/results/grid_v5.py, sweep: configs/sweeps/v5.py), built from its records in results/v5/ alone: the
-claims C11-C17 (claims_v5), the compute multipliers under three accountings (compute_equiv) and the page
-(report_v5_md)."""
+"""Report v5 (docs/results_v5.md): do the 2026 depth-aggregation claims hold? (design: resnorm/results/v5/design.py,
+grid: resnorm/results/v5/grid.py, sweep: configs/sweeps/v5.py), built from its records in results/v5/ alone: the
+claims C11-C17 (claims.py), the compute multipliers under three accountings (compute_equiv.py) and the
+page (page.py)."""
 import os
 
 from resnorm.core.errors import check
-from resnorm.results import claims_v5 as c5
-from resnorm.results import design_v5 as v5
-from resnorm.results import grid_v5
-from resnorm.results import report_v5_md as md
 from resnorm.results.engine import ledger as lg
 from resnorm.results.engine import page as engine_page
 from resnorm.results.engine import paths
 from resnorm.results.engine.spec import ROOT, Built, Plan, Spec
+from resnorm.results.v5 import claims as c5
+from resnorm.results.v5 import design as v5
+from resnorm.results.v5 import grid as grid_v5
+from resnorm.results.v5 import page as md
 
 
 def header(d, T) -> list[str]:
@@ -37,7 +37,7 @@ def header(d, T) -> list[str]:
       "learned nothing beyond byte frequencies). Every number below is read from the records.",
       "", f"Cost, from the records' own times: {run_s / 3600:.2f} run-hours (each run's start to finish, summed) and "
       f"{lg.active_seconds(recs) / 3600:.2f} hours of wall time with a run going (the union of those intervals); the "
-      f"design's budget model (design_v5.run_s) gave {model_s / 3600:.2f} hours of wall time for these runs.",
+      f"design's budget model (v5/design.py run_s) gave {model_s / 3600:.2f} hours of wall time for these runs.",
       "", ("**Unfinished** (their parts read pending; rerun the same command, which runs only what has no record): "
            + ", ".join(f"{a} {k}" for a, k in missing.items()) + " runs.") if missing else "All runs finished."]
 

@@ -1,4 +1,4 @@
-"""Report v4's design, declared before any run of its grid: per part of the claims (resnorm/results/claims.py) the
+"""Report v4's design, declared before any run of its grid: per part of the claims (resnorm/results/v4/claims.py) the
 block of runs it reads and so its seeds, the pilot's standard deviation per seed, the effect of interest and the
 regime tolerance, in the part's own units. verdicts.power_table turns it into the power table the report prints.
 
@@ -7,7 +7,7 @@ standard deviations. Seeds are 0..n-1 per block (BLOCK_SEEDS, the sweep file's F
 several blocks runs the largest count. There is no data-dependent second stage.
 
 The verdict rule (VERDICT_RULE, applied by verdicts.classify and claims.combine) and the replication family
-(REPLICATION, applied by resnorm/results/replication.py) are declared here with the rest of the design.
+(REPLICATION, applied by resnorm/results/v4/replication.py) are declared here with the rest of the design.
 """
 import math
 from typing import NamedTuple

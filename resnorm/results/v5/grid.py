@@ -1,4 +1,4 @@
-"""Report v5's grid (resnorm/results/design_v5.py): one run per corpus, seed, arm and ladder width, named
+"""Report v5's grid (resnorm/results/v5/design.py): one run per corpus, seed, arm and ladder width, named
 <arm>-d<width>-<steps>st[-<corpus>]-s<seed>, each run's record under results/v5/<corpus>/<name>.json.
 
 The size is read from $RESNORM_RESULTS_SIZE (resnorm.results.engine.paths.SIZE_ENV) as for report v4, so that the sweep file
@@ -9,8 +9,8 @@ import os
 from typing import NamedTuple
 
 from resnorm.core.errors import check
-from resnorm.results import design_v5 as v5
 from resnorm.results.engine import paths
+from resnorm.results.v5 import design as v5
 
 DEFAULT_RECORDS = "results/v5"
 SWEEP = os.path.join("configs", "sweeps", "v5.py")

@@ -23,7 +23,7 @@ assumes the two jobs together run no faster than one job on both cores.
 
 The claims C11-C17 (CLAIMS) are each paper's headline in its own terms, with the paper's figure where it gives one;
 their parts form one correction family (Benjamini-Hochberg over every part on both corpora) under v4's verdict rule
-(resnorm.results.design.VERDICT_RULE, CLAIM_RULE), failures counted as outcomes (a diverged run's loss is FAIL_LOSS,
+(resnorm.results.v4.design.VERDICT_RULE, CLAIM_RULE), failures counted as outcomes (a diverged run's loss is FAIL_LOSS,
 the byte-uniform loss: compute_equiv's `fill`). Pilot sds: the compare_2026 pilot's per-seed paired differences
 of final loss (docs/variants.md, 5 seeds at d 64, 200 steps; the larger of the two corpora's, from its 95% t
 interval). A multiplier part's per-seed value is mean_k log(C_pre(L'_k) / C'_k), C_pre the power law fitted to
@@ -51,7 +51,7 @@ seed takes the least favourable value among the others (v4's sensitivity rule), 
 import math
 from typing import NamedTuple
 
-from resnorm.results.design import Design
+from resnorm.results.v4.design import Design
 
 # Fixed by the commit before the grid's first record (results/v5/ holds the records).
 STATUS = "final"
@@ -116,7 +116,7 @@ class Claim(NamedTuple):
   figure: float | None
 
 
-MULT = "log of the compute-equivalent multiplier over the ladder (resnorm.results.compute_equiv)"
+MULT = "log of the compute-equivalent multiplier over the ladder (resnorm.results.v5.compute_equiv)"
 CLAIMS = {
     ("C11", "a"): Claim("attn_res_block", "Attention Residuals, arXiv 2603.15031", "Sec. 5, scaling fits",
                         "Block AttnRes matches a Pre-Norm baseline trained with 1.25x the compute", MULT, 1.25),

@@ -10,8 +10,8 @@ import warnings
 import matplotlib.ticker
 import numpy as np
 
-from resnorm.results import claims as cl
-from resnorm.results import grid
+from resnorm.results.v4 import claims as cl
+from resnorm.results.v4 import grid
 from resnorm.viz.plots import legend as _legend, plt
 
 COLORS = {"pre_norm": "C0", "post_norm": "C3", "hc": "C2", "mhc": "C4"}

@@ -1,7 +1,7 @@
 """The claims C1-C10 of docs/results.md: per part the quantity it measures per seed, its predicted sign, the
 condition it may place on its control arm, and which of its arms the statistic needs trained, all declared here
 before any run of the grid (report v4); each part's seeds, effect of interest and regime tolerance are declared in
-resnorm/results/design.py, its measurement in resnorm/results/parts.py, the statistics in resnorm/results/verdicts.py.
+resnorm/results/v4/design.py, its measurement in resnorm/results/v4/parts.py, the statistics in resnorm/results/verdicts.py.
 
 Failures are outcomes. A part may condition only on its control or reference arm (`control`: a seed whose control
 failed is listed and left out, for the claim does not apply there). A stalled run keeps its loss; a diverged run has
@@ -17,12 +17,13 @@ import math
 
 import numpy as np
 
-from resnorm.results import grid, verdicts
-from resnorm.results.design import (BLOCK_SEEDS, CLAIM_RULE, DESIGN, DESIGN_CALLS, GAIN_TOL, MARGIN,  # noqa: F401
+from resnorm.results import verdicts
+from resnorm.results.v4 import grid
+from resnorm.results.v4.design import (BLOCK_SEEDS, CLAIM_RULE, DESIGN, DESIGN_CALLS, GAIN_TOL, MARGIN,  # noqa: F401
                                     NI_MARGIN)
-from resnorm.results.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos_spread,  # noqa: F401
+from resnorm.results.v4.parts import (Control, NONE, _d, _map, _mean, _ok, col, cos_spread,  # noqa: F401
                                    discordant_part, log_ratio, max_log_gain, median_cos, part, slope, trained)
-from resnorm.results.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
+from resnorm.results.v4.runs import Runs  # noqa: F401 (the report's and the tests' reader of the grid)
 from resnorm.results.engine import claims as claim_rule
 from resnorm.results.engine.claims import MIXED
 from resnorm.results.verdicts import NOT_REPRODUCED, OPPOSITE, OUT_OF_REGIME, PENDING, REPRODUCED, UNDECIDED

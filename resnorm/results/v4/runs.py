@@ -1,11 +1,12 @@
-"""The grid's finished runs, read for the claims (resnorm/results/claims.py): losses, diagnostics and stall flags by
+"""The grid's finished runs, read for the claims (resnorm/results/v4/claims.py): losses, diagnostics and stall flags by
 recipe and seed, at the run's end or, inside at(frac), at that fraction of its steps. A diverged run has no loss
 (nothing is imputed for it); a stalled run keeps its own. Read from the runs' workdirs, or from their records
 (resnorm/results/records.py), which hold the same for the report."""
 import contextlib
 
 from resnorm.io import storage, workdir as wd
-from resnorm.results import grid, records
+from resnorm.results import records
+from resnorm.results.v4 import grid
 
 
 class Runs:
