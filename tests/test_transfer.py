@@ -200,11 +200,17 @@ def test_the_page_rebuilds_from_committed_records_alone(tmp_path):
   assert "### Coordinate checks" in page  # the hand-written checks appended
 
 
-def test_the_tables_are_the_statistics_of_the_records(tmp_path):
+@pytest.fixture(scope="module")
+def committed():
+  """The test-size records' study, cells and shifts, computed once (the bootstrap refits every cell)."""
   d = grid.design("test")
   S = study.Study(d, COMMITTED)
   stats = S.cells()
-  shifts = S.shifts(stats)
+  return d, S, stats, S.shifts(stats)
+
+
+def test_the_tables_are_the_statistics_of_the_records(committed):
+  d, S, stats, shifts = committed
   for s in shifts:
     assert s.value == pytest.approx(s.top.opt.k - s.base.opt.k)
     if s.verdict not in ("pending", "failed (edge)"):
@@ -268,14 +274,12 @@ def test_the_repositorys_records_name_this_design():
     assert (rec["design"], rec["design_sha256"]) == (want["design"], want["design_sha256"]), n
 
 
-def test_the_findings_quote_the_tables_intervals():
+def test_the_findings_quote_the_tables_intervals(committed):
   """Each placement a finding says transfers or does not is that verdict in the shifts table, with its shift and
   hull as the table has them; the counts of the rest add up."""
   import re
   from resnorm.results.transfer import page
-  d = grid.design("test")
-  S = study.Study(d, COMMITTED)
-  shifts = S.shifts(S.cells())
+  d, _, _, shifts = committed
   lines = page.findings(d, shifts)
   assert len(lines) == len(d["depth_params"]) + len(d["width_params"])
   for line, (axis, param) in zip(lines, [("depth", p) for p in d["depth_params"]] +

@@ -140,9 +140,8 @@ def main(registry: dict, flags) -> int:
       rc = run_grid(spec, p, flags.jobs, flags.launcher, passed)
       if rc == EXIT_BAD_INPUT:
         return rc  # the sweep refused its input and said why, in one line; there is nothing new to report
-      if not spec.after_grid(p, flags) or not flags.page:
-        worst = max(worst, 1 if rc else 0)
-        continue
-    write(spec, p, flags.accept_fingerprints, t0)
+    # a SLURM array returns once submitted: its runs still queued are not a failure
     worst = max(worst, 1 if rc and flags.launcher != "slurm" else 0)
+    if flags.from_records or (spec.after_grid(p, flags) and flags.page):
+      write(spec, p, flags.accept_fingerprints, t0)
   return worst
