@@ -53,13 +53,12 @@ def test_points_with_a_record_are_left_out_of_the_sweep(tmp_path):
 
 
 def test_the_page_rebuilds_from_committed_records_alone(tmp_path):
-  pages = []
-  for k in range(2):
-    out = tmp_path / f"out{k}"
-    r = _results("--from_records", f"--records={COMMITTED}", f"--out={out}")
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert (out / "figures" / "v5_loss_compute.png").stat().st_size > 10_000
-    pages.append((out / "results_v5.md").read_text())
+  """The command's page, and the engine's again in this process: the same but for the Generated line."""
+  out = tmp_path / "out0"
+  r = _results("--from_records", f"--records={COMMITTED}", f"--out={out}")
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert (out / "figures" / "v5_loss_compute.png").stat().st_size > 10_000
+  pages = [(out / "results_v5.md").read_text(), _page(grid_v5.design("test"), COMMITTED, tmp_path / "out1")]
   a, b = (p.split("\n", 3) for p in pages)
   assert a[2].startswith("Generated ") and a[3] == b[3]
   assert "Runs: 16 of 16 finished" in a[3] and "| C11a | attn_res_block |" in a[3] and "pending" in a[3]
@@ -77,6 +76,7 @@ def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
   assert not (tmp_path / "out" / "results_v5.md").exists()
 
 
+@pytest.mark.integration  # the ledger's check is test_engine's; v4's command refuses the same in test_records
 def test_records_of_other_code_are_refused_unless_accepted(tmp_path):
   import json
   import shutil
