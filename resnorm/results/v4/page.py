@@ -2,7 +2,6 @@
 level and at 95%, the a-priori and the observed minimum detectable effect, failures, condition, regime, verdict), the
 power table and the rule; the stability maps, the run counts and the design in words. The comparison of the two
 corpora is resnorm/results/v4/replication.py's."""
-import os
 
 import numpy as np
 
@@ -328,8 +327,8 @@ def source(Rs) -> str:
   if not R.records_dir:
     return ""
   fps = sorted({fp for R in Rs.values() for fp in R.fingerprints})
-  where = os.path.relpath(R.records_dir, paths.ROOT) if R.records_dir.startswith(paths.ROOT + os.sep) else R.records_dir
-  return (f"Read from the run records in `{where}` (code fingerprint{'s' if len(fps) > 1 else ''} "
+  return (f"Read from the run records in `{R.ledger.where(paths.ROOT)}` "
+          f"(code fingerprint{'s' if len(fps) > 1 else ''} "
           f"{', '.join(f'`{f}`' for f in fps) or 'n/a'}; resnorm/results/records.py). ")
 
 

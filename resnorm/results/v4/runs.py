@@ -6,6 +6,7 @@ import contextlib
 
 from resnorm.io import storage, workdir as wd
 from resnorm.results import records
+from resnorm.results.engine.ledger import Ledger
 from resnorm.results.v4 import grid
 
 
@@ -14,7 +15,6 @@ class Runs:
   records under records/<corpus>/ instead (root is then unused)."""
 
   def __init__(self, root: str, d: dict, corpus: str = "pystdlib", records_dir: str | None = None, ledger=None):
-    from resnorm.results.engine.ledger import Ledger
     self.root, self.d, self.corpus, self._cache = root, d, corpus, {}
     self.records_dir = records_dir
     self.ledger = ledger or Ledger(records_dir)  # every record read, with its fingerprint and digest (records only)
