@@ -297,6 +297,30 @@ def test_the_findings_quote_the_tables_intervals(committed):
     assert named + counted == len(rows), line
 
 
+def test_the_readme_lines_quote_the_tables_hulls_and_fit_the_readme(committed):
+  """Each placement the README lists is its verdict under its parametrization with the table's hull, the rest
+  counted; with every cell of the full design listed at the widest hull the README stays within its 15 KB."""
+  import re
+  from resnorm.results.transfer import page
+  d, _, _, shifts = committed
+  for line, axis in zip(page.readme_lines(d, shifts), ("depth", "width"), strict=True):
+    rows = [s for s in shifts if s.axis == axis]
+    named = 0
+    for verdict, param, listed in re.findall(r"(transfers|does not transfer) under `(\w+)`: ([^;]+)", line):
+      for arm, lo, hi in re.findall(r"(\w+) \[([-+][\d.]+), ([-+][\d.]+)\]", listed):
+        s = next(r for r in rows if (r.arm, r.param) == (arm, param))
+        assert s.verdict == verdict and (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi)
+        named += 1
+    rest = re.search(r"(\d+) undecided", line)
+    assert named + (int(rest.group(1)) if rest else 0) == len(rows), line
+  full = grid.design("full")
+  blank = study.Shift(*[None] * len(study.Shift._fields))
+  worst = [blank._replace(arm=a, param=p, axis=ax, hull=(-10.55, -10.05), verdict="does not transfer")
+           for a, p, ax in study.axes(full)]
+  readme = page.FINDINGS.splice(open(os.path.join(ROOT, "README.md")).read(), page.readme_lines(full, worst))
+  assert len(readme.encode()) <= 15 * 1024 and len(readme.splitlines()) <= 200
+
+
 def test_the_committed_page_is_the_rebuild_from_the_repositorys_records(tmp_path):
   """docs/transfer.md equals what `--from_records` builds from results/transfer/ (but for its Generated line): a
   record committed without the page rebuilt, or a page edited by hand, fails here."""

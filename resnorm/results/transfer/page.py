@@ -183,14 +183,19 @@ def page(d, S, stats, shifts) -> list[str]:
 
 
 def readme_lines(d, shifts) -> list[str]:
-  """The README's two lines: depth and width, which placements transfer under which parametrization, with hulls."""
+  """The README's two lines, depth and width: under each parametrization, the placements that transfer and those
+  that do not, each with its hull; the rest counted. Grouped by parametrization so both lines fit the README's
+  15 KB whatever the verdicts (a test fills every cell)."""
   out = []
-  for axis, what in (("depth", "12 -> 96 layers"), ("width", f"width x{d['widths'][-1] // d['widths'][0]}")):
+  for axis, what in (("depth", f"{d['depths'][0]} -> {d['depths'][-1]} layers"),
+                     ("width", f"width x{d['widths'][-1] // d['widths'][0]}")):
+    rows = [s for s in shifts if s.axis == axis]
     parts = []
     for v in ("transfers", "does not transfer"):
-      ss = [s for s in shifts if s.axis == axis and s.verdict == v]
-      if ss:
-        parts.append(f"{v}: " + ", ".join(f"{s.arm}/{s.param} {iv(s.hull, '{:+.1f}')}" for s in ss))
-    n = sum(s.axis == axis and s.verdict not in ("transfers", "does not transfer") for s in shifts)
-    out.append(f"- {what}: " + "; ".join(parts + [f"{n} undecided, failed or pending"]) + ".")
+      for param in dict.fromkeys(s.param for s in rows):
+        ss = [s for s in rows if s.param == param and s.verdict == v]
+        if ss:
+          parts.append(f"{v} under `{param}`: " + ", ".join(f"{s.arm} {iv(s.hull, '{:+.1f}')}" for s in ss))
+    n = sum(s.verdict not in ("transfers", "does not transfer") for s in rows)
+    out.append(f"- {what}: " + "; ".join(parts + [f"{n} undecided, failed or pending"] * bool(n)) + ".")
   return out
