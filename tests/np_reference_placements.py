@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 
-from np_reference import UnusedParams, _leaf_paths, _View, attention, mhc_coefficients, mlp, norm
+from np_layers import UnusedParams, _leaf_paths, _View, attention, mlp, norm
+from np_reference import mhc_coefficients
 
 
 class _Ctx:
