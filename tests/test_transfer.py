@@ -1,12 +1,12 @@
-"""The learning-rate transfer study (resnorm/results/transfer/): its statistics (fit.py) on curves whose answers are
-known; its grid (grid.py): names, configs, the base-shape cells shared, and the growth rule on synthetic records;
+"""The learning-rate transfer study (resnorm/results/transfer/), but for its statistics (test_transfer_stats.py):
+its grid (grid.py): names, configs, the base-shape cells shared, and the growth rule on synthetic records;
 its design (design.py): final, within its budget, every arm registered and every refusal the registry's; and the
 page (page.py) rebuilt from committed test-size records alone, and docs/transfer.md equal to its rebuild from the
 repository's records but for the Generated line; a damaged record refused in one line; in the integration suite the
 test-size grid runs end to end."""
 import json
-import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,7 +19,7 @@ from resnorm.model import residual
 from resnorm.results import records
 from resnorm.results.engine import paths
 from resnorm.results.transfer import design as D
-from resnorm.results.transfer import fit, grid, study
+from resnorm.results.transfer import fit, grid, page, study
 from test_cli import ENV, ROOT
 
 COMMITTED = os.path.join(ROOT, "tests", "data", "records_transfer_test")
@@ -28,61 +28,6 @@ COMMITTED = os.path.join(ROOT, "tests", "data", "records_transfer_test")
 def _results(*args, size="test", timeout=900):
   return subprocess.run([sys.executable, "-m", "resnorm.results", "--report=transfer", *args], cwd=ROOT,
                         env={**ENV, paths.SIZE_ENV: size}, capture_output=True, text=True, timeout=timeout)
-
-
-# --- fit.py -------------------------------------------------------------------------------------------------------
-
-
-def test_the_optimum_is_the_quadratics_vertex_within_two_steps_of_the_best_point():
-  ks = list(range(-3, 4))
-  y = [0.1 * (k - 0.3) ** 2 + 2.0 for k in ks]
-  o = fit.optimum(ks, y)
-  assert o.flag == "" and o.k == pytest.approx(0.3) and o.loss == pytest.approx(2.0) and o.window == (-2.0, 2.0)
-  y[-1] = 100.0  # a point three steps from the best is outside the window: it cannot move the vertex
-  assert fit.optimum(ks, y).k == pytest.approx(0.3)
-
-
-def test_edge_coarse_and_diverged_points():
-  ks = [0, 1, 2, 3]
-  assert fit.optimum(ks, [1.0, 2, 3, 4]).flag == "edge"
-  assert fit.optimum(ks, [4.0, 3, 2, 1]).flag == "edge"
-  o = fit.optimum(ks, [3.0, 1.0, 2.0, 9.0], failed=[True, False, False, True])  # window: the best and one other
-  assert (o.flag, o.k) == ("coarse", 1.0)
-  o = fit.optimum([0, 1, 2, 3, 4], [3.0, 2.0, 1.0, 9.0, 1.5], failed=[False, False, False, True, False])
-  assert o.window == (0.0, 2.0)  # a diverged point ends the window: the point beyond it is not read
-  assert fit.optimum(ks, [2.0, 1.0, 1.0, 2.0]).k == pytest.approx(1.5)
-  assert fit.optimum(ks, [1.0, 2.0, 2.0, 1.0]).flag == "edge"
-  assert fit.optimum(ks, [5.0] * 4, failed=[True] * 4).flag == "failed"
-
-
-def test_loss_at_reads_the_quadratic_then_the_curve_then_a_bound():
-  ks = list(range(5))
-  y = [(k - 2.0) ** 2 + 1 for k in ks]
-  o = fit.optimum(ks, y)
-  assert fit.loss_at(o, ks, y, 2.5) == (pytest.approx(1.25), "")
-  assert fit.loss_at(o, ks, y, 6.0) == (5.0, ">=")
-
-
-def test_intervals_and_the_verdict():
-  lo, hi = fit.t_interval([1.0, 2.0, 3.0])
-  assert (lo + hi) / 2 == pytest.approx(2.0) and hi - lo == pytest.approx(2 * 4.302653 * 1 / math.sqrt(3), 1e-5)
-  assert np.isnan(fit.t_interval([1.0])[0])
-  vals = np.array([0.1, 0.2, 0.3, 0.4])
-  b = fit.bootstrap(lambda idx: vals[idx].mean(), 4)
-  assert 0.1 <= b[0] < 0.25 < b[1] <= 0.4
-  b = fit.bootstrap(lambda idx: math.nan if 0 in idx else 0.0, 4)  # undefined resamples widen both tails
-  assert b == (-math.inf, math.inf)
-  assert fit.hull((0, 1), (-1, 0.5)) == (-1, 1)
-  assert fit.verdict((-0.9, 0.8), 1.0) == "transfers"
-  assert fit.verdict((-5.0, -1.2), 1.0) == fit.verdict((1.1, 2), 1.0) == "does not transfer"
-  assert fit.verdict((-2.0, 0.5), 1.0) == fit.verdict((math.nan, 1), 1.0) == "undecided"
-
-
-def test_power_law_and_compute_for():
-  c = np.array([1e9, 2e9, 4e9])
-  f = fit.power_law(c, 3.0 * c ** -0.1)
-  assert f[1] == pytest.approx(0.1) and fit.compute_for(f, 3.0 * 2e9 ** -0.1) == pytest.approx(2e9)
-  assert np.isnan(fit.compute_for((1.0, -0.1), 2.0))
 
 
 # --- grid.py -------------------------------------------------------------------------------------------------------
@@ -274,12 +219,9 @@ def test_the_repositorys_records_name_this_design():
     assert (rec["design"], rec["design_sha256"]) == (want["design"], want["design_sha256"]), n
 
 
-def test_the_findings_quote_the_tables_intervals(committed):
+def _check_findings(d, shifts):
   """Each placement a finding says transfers or does not is that verdict in the shifts table, with its shift and
   hull as the table has them; the counts of the rest add up."""
-  import re
-  from resnorm.results.transfer import page
-  d, _, _, shifts = committed
   lines = page.findings(d, shifts)
   assert len(lines) == len(d["depth_params"]) + len(d["width_params"])
   for line, (axis, param) in zip(lines, [("depth", p) for p in d["depth_params"]] +
@@ -297,12 +239,9 @@ def test_the_findings_quote_the_tables_intervals(committed):
     assert named + counted == len(rows), line
 
 
-def test_the_readme_lines_quote_the_tables_hulls_and_fit_the_readme(committed):
-  """Each placement the README lists is its verdict under its parametrization with the table's hull, the rest
-  counted; with every cell of the full design listed at the widest hull the README stays within its 15 KB."""
-  import re
-  from resnorm.results.transfer import page
-  d, _, _, shifts = committed
+def _check_readme(d, shifts):
+  """Each placement the README lists is its verdict under its parametrization with the table's hull; the rest of
+  its axis counted."""
   for line, axis in zip(page.readme_lines(d, shifts), ("depth", "width"), strict=True):
     rows = [s for s in shifts if s.axis == axis]
     named = 0
@@ -313,9 +252,27 @@ def test_the_readme_lines_quote_the_tables_hulls_and_fit_the_readme(committed):
         named += 1
     rest = re.search(r"(\d+) undecided", line)
     assert named + (int(rest.group(1)) if rest else 0) == len(rows), line
+
+
+_BLANK = study.Shift(*[None] * len(study.Shift._fields))
+
+
+def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
+  """On the test records, and on the full design with every verdict in every parametrization."""
+  d, _, _, shifts = committed
+  _check_findings(d, shifts)
+  _check_readme(d, shifts)
   full = grid.design("full")
-  blank = study.Shift(*[None] * len(study.Shift._fields))
-  worst = [blank._replace(arm=a, param=p, axis=ax, hull=(-10.55, -10.05), verdict="does not transfer")
+  verdicts = ("transfers", "does not transfer", "undecided", "failed (edge)", "pending")
+  mixed = [_BLANK._replace(arm=a, param=p, axis=ax, value=0.1 * i, hull=(0.1 * i - 1, 0.1 * i + 1),
+                           verdict=verdicts[i % len(verdicts)]) for i, (a, p, ax) in enumerate(study.axes(full))]
+  _check_findings(full, mixed)
+  _check_readme(full, mixed)
+
+
+def test_the_readme_lines_fit_the_readme_with_every_cell_listed():
+  full = grid.design("full")
+  worst = [_BLANK._replace(arm=a, param=p, axis=ax, hull=(-10.55, -10.05), verdict="does not transfer")
            for a, p, ax in study.axes(full)]
   readme = page.FINDINGS.splice(open(os.path.join(ROOT, "README.md")).read(), page.readme_lines(full, worst))
   assert len(readme.encode()) <= 15 * 1024 and len(readme.splitlines()) <= 200
