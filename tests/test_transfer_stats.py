@@ -3,6 +3,7 @@ the loss at a step, the t and bootstrap intervals, the verdict's closed band, th
 function instead of records (a cell's bootstrap refits the seed-mean curve, a point where any seed diverged ends the
 window, a shift's value, hull, verdict, penalty, speedup and the law's placement, an edge optimum fails the shift).
 The records, the grid and the page: test_transfer.py."""
+import functools
 import math
 
 import numpy as np
@@ -105,7 +106,13 @@ def test_a_point_where_any_seed_diverged_ends_the_mean_curves_window():
   assert [o.window for o in cs.seed_opts] == [(-1.0, 2.0), (-2.0, 2.0), (-2.0, 2.0)]
 
 
+def _few_resamples(monkeypatch):
+  """Every seed alike below: each resample is the same curve, so 100 resamples give the 2000's interval."""
+  monkeypatch.setattr(fit, "bootstrap", functools.partial(fit.bootstrap, resamples=100))
+
+
 def test_a_shift_its_penalty_speedup_and_the_law_from_known_curves(monkeypatch):
+  _few_resamples(monkeypatch)
   # the base rung's optimum at k = 0 (loss 3), the top depth's at k = -2 (loss 1); the width's top as its base
   S = _synthetic(lambda p, s: (p.k + 2) ** 2 + 1.0 if p.layers == 2 else p.k ** 2 + 3.0)
   monkeypatch.setattr(study, "pre_curve_fit", lambda *a: (0.0, 0.5))  # Pre-Norm's curve: C(L) = L^-2
@@ -121,7 +128,8 @@ def test_a_shift_its_penalty_speedup_and_the_law_from_known_curves(monkeypatch):
   assert w.value == pytest.approx(0.0) and w.verdict == "transfers" and w.penalty == pytest.approx(0.0)
 
 
-def test_an_optimum_on_the_base_cells_edge_fails_the_shift():
+def test_an_optimum_on_the_base_cells_edge_fails_the_shift(monkeypatch):
+  _few_resamples(monkeypatch)
   S = _synthetic(lambda p, s: 3.0 - 0.1 * p.k if p.layers == 1 else p.k ** 2 + 1.0)  # the base rung never turns
   stats = S.cells()
   for s in S.shifts(stats):
