@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from resnorm.config import configlib
+from resnorm.core.errors import InputError
 from resnorm.model import residual
 from resnorm.results import records
+from resnorm.results.engine import ledger as lg
 from resnorm.results.engine import paths
 from resnorm.results.transfer import design as D
 from resnorm.results.transfer import fit, grid, page, study
@@ -103,6 +105,32 @@ def test_points_with_a_record_are_left_out_and_growth_is_read_from_the_records(t
   assert max(p.k for p in grown) == grid.base_ks(d, c)[-1] + 1
 
 
+def test_a_run_name_parses_back_to_its_point_and_seed():
+  d = grid.design("full")
+  for p, s in grid.points(d, None):
+    assert grid.parse_name(grid.run_name(p, s)) == (p, s)
+  p = grid.Point("attn_res_block", "completep", 96, 32, -3)
+  assert grid.parse_name(grid.run_name(p, 2)) == (p, 2)
+  for bad in ("notes", "pre_norm-standard-L12-d32-kp3", "pre_norm-standard-L12-d32-km0-s0", "pre_norm-L12-d32-kp3-s0"):
+    assert grid.parse_name(bad) is None, bad
+
+
+def test_records_a_cells_growth_no_longer_reaches_are_outside_the_grid(tmp_path):
+  d = grid.design("test")
+  c = grid.Cell("pre_norm", "standard", d["depths"][-1], d["width"])
+  ks = grid.base_ks(d, c)
+  # seed 0 alone grows the cell upward; seed 1's bowl then puts the mean's best point inside the base steps
+  seed0 = {(grid.Point(*c, k), 0): 3.0 - 0.1 * k for k in ks + [ks[-1] + 1, ks[-1] + 2]}
+  _records_from(d, tmp_path, seed0)
+  assert grid.outside(d, str(tmp_path)) == []
+  assert [p.k for p, s in grid.points(d, str(tmp_path)) if p[:4] == c and s == 0][-1] == ks[-1] + 2
+  _records_from(d, tmp_path, {(grid.Point(*c, k), 1): 3.0 + abs(k - ks[1]) for k in ks})
+  assert grid.outside(d, str(tmp_path)) == [(grid.Point(*c, k), 0) for k in (ks[-1] + 1, ks[-1] + 2)]
+  (tmp_path / d["corpus"] / "notes.json").write_text("{}")
+  with pytest.raises(InputError, match="notes.json is not named as a run"):
+    grid.outside(d, str(tmp_path))
+
+
 # --- design.py ------------------------------------------------------------------------------------------------------
 
 
@@ -176,6 +204,32 @@ def test_a_damaged_record_stops_the_page_in_one_line(tmp_path):
   r = _results("--from_records", f"--records={recs}", f"--out={tmp_path / 'out'}")
   assert r.returncode == 2 and "edited or damaged" in r.stderr and "Traceback" not in r.stderr
   assert not (tmp_path / "out" / "transfer.md").exists()
+
+
+def test_a_record_outside_the_grid_is_checked_listed_and_counted_in_the_cost_but_read_by_no_statistic(tmp_path):
+  recs = tmp_path / "recs"
+  shutil.copytree(COMMITTED, recs)
+  d = grid.design("test")
+  src = next(p for p in sorted((recs / "pystdlib").iterdir()))
+  p, s = grid.parse_name(src.name[:-len(".json")])
+  far = p._replace(k=p.k + 40)
+  rec = json.loads(src.read_text())
+  rec["recipe"] = list(far)
+  rec["timing"] = {**rec["timing"], "started_at": 0.0, "finished_at": 3600.0}
+  rec["digest"] = records._digest(rec)  # noqa: SLF001
+  (recs / "pystdlib" / f"{grid.run_name(far, s)}.json").write_text(json.dumps(rec))
+  S = study.Study(d, str(recs))
+  base = study.Study(d, COMMITTED)
+  assert list(S.outside) == [(far, s)] and S.recs == base.recs and S.total == base.total
+  text = "\n".join(page.header(d, S))
+  assert f"{len(S.recs)} of {S.total} finished (0 diverged), and 1 records outside the grid" in text
+  assert f"`{far.arm}`/`{far.param}` {far.layers} layers width {far.width}: k {far.k} (seed {s})" in text
+  hours = lg.run_seconds(list(base.recs.values())) / 3600 + 1.0
+  assert f"{hours:.2f} run-hours" in text
+  rec["final_eval_loss"] = 1.0  # damaged: refused like any record
+  (recs / "pystdlib" / f"{grid.run_name(far, s)}.json").write_text(json.dumps(rec))
+  with pytest.raises(InputError, match="edited or damaged"):
+    study.Study(d, str(recs))
 
 
 def test_records_name_one_design(tmp_path):

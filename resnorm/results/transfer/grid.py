@@ -9,6 +9,7 @@ resumes anywhere. Imports nothing heavy: the sweep file imports this module.
 import json
 import math
 import os
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -157,6 +158,34 @@ def overrides(d, p: Point, seed: int) -> dict:
           "model.param_base.d_model": d["base_width"], "model.param_base.head_dim": d["head_dim"],
           "train.lr": D.lr(p.k), "train.steps": d["steps"], "train.warmup_steps": d["warmup"],
           "train.eval_every": d["steps"], "train.ckpt_every": d["steps"], "train.diag_every": 0, **d["common"]}
+
+
+def parse_name(name: str) -> tuple[Point, int] | None:
+  """run_name's inverse: (point, seed), or None for a name run_name does not make."""
+  m = re.fullmatch(r"([a-z0-9_]+)-([a-z0-9_]+)-L(\d+)-d(\d+)-k([pm])(\d+)-s(\d+)", name)
+  if not m:
+    return None
+  arm, param, L, w, sign, k, s = m.groups()
+  p = Point(arm, param, int(L), int(w), -int(k) if sign == "m" else int(k))
+  return (p, int(s)) if run_name(p, int(s)) == name else None
+
+
+def outside(d, records_dir: str | None, held=None) -> list[tuple[Point, int]]:
+  """The records in the grid's directory that the grid, as the records now grow it, does not hold: runs a cell's
+  growth added while fewer seeds decided it (the mean over the seeds that have every point of its grid, design.RULES
+  ["growth"]), kept and listed but read by no statistic. A .json named as no run of the grid is refused in one line."""
+  folder = os.path.join(records_dir, d["corpus"]) if records_dir else ""
+  if not folder or not os.path.isdir(folder):
+    return []
+  held = set(points(d, records_dir) if held is None else held)
+  out = []
+  for f in sorted(n for n in os.listdir(folder) if n.endswith(".json")):
+    ps = parse_name(f[:-len(".json")])
+    check(ps is not None, f"{os.path.join(folder, f)} is not named as a run of the transfer grid "
+          "(<arm>-<param>-L<layers>-d<width>-k<p|m><k>-s<seed>.json): move it out of the records directory")
+    if ps not in held:
+      out.append(ps)
+  return out
 
 
 def missing(d, records_dir: str | None) -> list[tuple[Point, int]]:

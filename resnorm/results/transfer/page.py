@@ -134,6 +134,7 @@ def figure(d, stats, axis: str, path: str) -> None:
 
 def header(d, S) -> list[str]:
   recs = list(S.recs.values())
+  every = recs + list(S.outside.values())  # what the grid cost: the records outside it ran too
   diverged = sum(r["status"] == "diverged" for r in recs)
   return [
       "# Does the learning rate transfer? Each placement's optimal lr from 12 to 96 layers and over width", "",
@@ -141,9 +142,27 @@ def header(d, S) -> list[str]:
       f"From the run records in `{S.ledger.where(paths.ROOT)}` (design `{D.__name__}` sha256 "
       f"{engine_page.quoted(sorted(map(str, S.designs)))}; code fingerprint "
       f"{engine_page.quoted(sorted(map(str, S.fingerprints)))}; runs at commit "
-      f"{engine_page.quoted(engine_page.commits(recs))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
-      f"diverged); {lg.run_seconds(recs) / 3600:.2f} run-hours, start to finish, summed over the records. Every "
-      "number below is read from the records.", ""]
+      f"{engine_page.quoted(engine_page.commits(every))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
+      f"diverged), and {len(S.outside)} records outside the grid (below); {lg.run_seconds(every) / 3600:.2f} "
+      f"run-hours, start to finish, summed over every record, and {lg.active_seconds(every) / 3600:.2f} h of wall "
+      f"time with a run going (the union of those intervals), against {D.budget_s() / 3600:.1f} h for the whole "
+      f"grid by the design's budget model (`design.budget_s`; {D.ALLOWED_S / 3600:.0f} h allowed). Every number "
+      "below is read from the records.", "", *outside_lines(S)]
+
+
+def outside_lines(S) -> list[str]:
+  """The records the grid no longer holds, per cell: kept, listed, read by no statistic."""
+  if not S.outside:
+    return []
+  by = {}
+  for p, s in S.outside:
+    by.setdefault(p[:4], {}).setdefault(p.k, []).append(s)
+  cells = "; ".join(f"`{a}`/`{pm}` {L} layers width {w}: " + ", ".join(
+      f"k {k} (seed{'s' * (len(ss) > 1)} {', '.join(map(str, sorted(ss)))})" for k, ss in sorted(ks.items()))
+      for (a, pm, L, w), ks in sorted(by.items()))
+  return [f"Records outside the grid ({len(S.outside)}): runs that a cell's growth added while fewer seeds decided "
+          "it; the mean over the seeds that now have every point of its grid no longer reaches them (the growth "
+          f"rule below), so no statistic reads them. Each is checked as every record is and kept: {cells}.", ""]
 
 
 def scale_lines(d) -> list[str]:

@@ -50,10 +50,15 @@ class Study:
 
   def __init__(self, d, records_dir: str):
     self.d, self.records_dir, self.ledger = d, records_dir, Ledger(records_dir)
-    for p, s in grid.points(d, records_dir):
+    held = grid.points(d, records_dir)
+    for p, s in held:
       self.ledger.read((p, s), grid.record_path(records_dir, d, p, s), records.identity(p, d["corpus"], s))
+    # checked as every record is (whole, its name's, one design), but no statistic reads them
+    self.outside = {(p, s): self.ledger.read(None, grid.record_path(records_dir, d, p, s),
+                                             records.identity(p, d["corpus"], s))
+                    for p, s in grid.outside(d, records_dir, held)}
     self.recs, self.fingerprints, self.designs = self.ledger.recs, self.ledger.fingerprints, self.ledger.designs
-    self.total = len(grid.points(d, records_dir))
+    self.total = len(held)
 
   def loss(self, p: grid.Point, s: int) -> float | None:
     return grid.final_loss(self.recs.get((p, s)))
