@@ -173,6 +173,20 @@ def test_the_page_rebuilds_from_committed_records_alone(tmp_path):
   assert "### Coordinate checks" in page  # the hand-written checks appended
 
 
+def test_each_panel_frames_its_own_curves(committed):
+  """Every panel spans page.SPAN from its own lowest loss: a placement stalled far above the others is still drawn."""
+  d, _, stats, _ = committed
+  for arm, param, axis in study.axes(d):
+    cells = page.panel_cells(d, stats, arm, param, axis)
+    assert [c.cell.layers if axis == "depth" else c.cell.width for c in cells] == \
+        list(d["depths"] if axis == "depth" else d["widths"])
+    lo, hi = page.ylim(cells)
+    assert hi - lo == pytest.approx(page.SPAN + 0.02)
+    assert lo < min(np.nanmin(cs.losses) for cs in cells) < hi
+  high = [c._replace(losses=c.losses + 5.0) for c in cells]
+  assert page.ylim(high)[0] == pytest.approx(lo + 5.0)
+
+
 @pytest.fixture(scope="module")
 def committed():
   """The test-size records' study, cells and shifts, computed once (the bootstrap refits every cell)."""

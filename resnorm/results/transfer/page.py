@@ -16,6 +16,7 @@ from resnorm.results.transfer import grid, study
 
 FIG_DEPTH = "figures/transfer/transfer_depth.png"
 FIG_WIDTH = "figures/transfer/transfer_width.png"
+SPAN = 0.6  # nats/byte a figure panel spans above its lowest loss
 CHECKS = "transfer_checks.md"
 BEGIN = ("<!-- transfer findings: generated from the run records by `python -m resnorm.results --report=transfer` "
          "(resnorm/results/transfer/page.py); edits between these markers are overwritten -->")
@@ -63,8 +64,7 @@ def optima_rows(d, stats, axis: str) -> list[str]:
   for arm, param, ax in study.axes(d):
     if ax != axis:
       continue
-    cells = [stats[grid.Cell(arm, param, r, d["width"]) if axis == "depth" else
-                   grid.Cell(arm, param, d["base_depth"], r)] for r in rungs]
+    cells = panel_cells(d, stats, arm, param, axis)
     rows.append(f"| `{arm}` | `{param}` | " + " | ".join(opt_cell(c) for c in cells) + " |")
   return rows
 
@@ -98,9 +98,23 @@ def findings(d, shifts) -> list[str]:
   return out
 
 
+def panel_cells(d, stats, arm: str, param: str, axis: str) -> list:
+  """A panel's cells, one per rung of the axis."""
+  if axis == "depth":
+    return [stats[grid.Cell(arm, param, L, d["width"])] for L in d["depths"]]
+  return [stats[grid.Cell(arm, param, d["base_depth"], w)] for w in d["widths"]]
+
+
+def ylim(cells) -> tuple[float, float]:
+  """A panel's y range: SPAN nats/byte from just below its own lowest loss."""
+  lo = min((np.nanmin(cs.losses) for cs in cells if np.isfinite(cs.losses).any()), default=0.0)
+  return lo - 0.02, lo + SPAN
+
+
 def figure(d, stats, axis: str, path: str) -> None:
   """Final eval loss against log2 lr, one line per rung (seed mean, each seed's points faint), a panel per
-  placement and parametrization."""
+  placement and parametrization. Every panel spans the same SPAN nats from its own lowest loss, so curves compare in
+  shape across panels and none sits above its frame (Post-Norm's stall at the unigram plateau did, on a shared one)."""
   from resnorm.viz.plots import plt
   panels = [(a, p) for a, p, ax in study.axes(d) if ax == axis]
   rungs = d["depths"] if axis == "depth" else d["widths"]
@@ -108,8 +122,8 @@ def figure(d, stats, axis: str, path: str) -> None:
   rows = math.ceil(len(panels) / cols)
   fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
   for ax, (arm, param) in zip(axes.flat, panels):
-    for i, r in enumerate(rungs):
-      cs = stats[grid.Cell(arm, param, r, d["width"]) if axis == "depth" else grid.Cell(arm, param, d["base_depth"], r)]
+    cells = panel_cells(d, stats, arm, param, axis)
+    for i, (r, cs) in enumerate(zip(rungs, cells)):
       x = np.log2([D.lr(k) for k in cs.ks])
       y = cs.losses
       ax.plot(np.repeat(x, y.shape[1]), y.ravel(), ".", color=f"C{i}", alpha=0.3, ms=3)
@@ -120,8 +134,7 @@ def figure(d, stats, axis: str, path: str) -> None:
       if cs.complete and np.isfinite(cs.opt.k):
         ax.axvline(math.log2(D.lr(cs.opt.k)), color=f"C{i}", lw=0.6, ls=":")
     ax.set(title=f"{arm}, {param}", xlabel="log2 lr", ylabel="final eval loss")
-    lo = np.nanmin([np.nanmin(stats[c].losses) for c in stats if np.isfinite(stats[c].losses).any()] or [0])
-    ax.set_ylim(lo - 0.02, lo + 0.6)
+    ax.set_ylim(*ylim(cells))
     if ax.get_legend_handles_labels()[0]:
       ax.legend(fontsize=6, title="layers" if axis == "depth" else "width", title_fontsize=6)
   for ax in list(axes.flat)[len(panels):]:
