@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import types
 
 import numpy as np
 import pytest
@@ -236,7 +237,8 @@ def test_a_record_outside_the_grid_is_checked_listed_and_counted_in_the_cost_but
   base = study.Study(d, COMMITTED)
   assert list(S.outside) == [(far, s)] and S.recs == base.recs and S.total == base.total
   text = "\n".join(page.header(d, S))
-  assert f"{len(S.recs)} of {S.total} finished (0 diverged), and 1 records outside the grid" in text
+  stalled = sum(r["learned_beyond_unigram"] is False for r in S.recs.values())
+  assert f"{len(S.recs)} of {S.total} finished (0 diverged, {stalled} stalled), and 1 records outside the grid" in text
   assert f"`{far.arm}`/`{far.param}` {far.layers} layers width {far.width}: k {far.k} (seed {s})" in text
   hours = lg.run_seconds(list(base.recs.values())) / 3600 + 1.0
   assert f"{hours:.2f} run-hours" in text
@@ -298,9 +300,10 @@ def _check_findings(d, shifts):
     body = line.split(": ", 1)[1].rstrip(".")
     for part in body.split("; "):
       verdict, _, listed = part.partition(": ")
-      for arm, value, lo, hi in re.findall(r"`(\w+)` ([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\]", listed):
+      for arm, value, lo, hi, which in re.findall(
+          r"`(\w+)` ([-+][\d.]+) \[([-+][\d.]+), ([-+][\d.]+)\](?: \(stalled: (\w+)\))?", listed):
         s = next(r for r in rows if r.arm == arm)
-        assert s.verdict == verdict and f"{s.value:+.1f}" == value
+        assert s.verdict == verdict and f"{s.value:+.1f}" == value and s.stalled == which
         assert (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi)
     named = len(re.findall(r"`\w+` [-+]", line))
     counted = sum(int(n) for n in re.findall(r"(\d+) (?:undecided|failed|pending)", line))
@@ -316,13 +319,15 @@ def _check_readme(d, shifts):
     for verdict, param, listed in re.findall(r"(transfers|does not transfer) under `(\w+)`: ([^;]+)", line):
       for arm, lo, hi in re.findall(r"(\w+) \[([-+][\d.]+), ([-+][\d.]+)\]", listed):
         s = next(r for r in rows if (r.arm, r.param) == (arm, param))
-        assert s.verdict == verdict and (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi)
+        assert s.verdict == verdict and (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi) and not s.stalled
         named += 1
-    rest = re.search(r"(\d+) undecided", line)
-    assert named + (int(rest.group(1)) if rest else 0) == len(rows), line
+    counted = sum(int(n) for n in re.findall(r"(\d+) (?:on a stalled cell|undecided)", line))
+    assert named + counted == len(rows), line
+    assert f"{sum(bool(s.stalled) for s in rows)} on a stalled cell" in line or not any(s.stalled for s in rows)
 
 
-_BLANK = study.Shift(*[None] * len(study.Shift._fields))
+_CELL = types.SimpleNamespace(stalled=False)
+_BLANK = study.Shift(*[None] * len(study.Shift._fields))._replace(base=_CELL, top=_CELL)
 
 
 def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
@@ -332,8 +337,11 @@ def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
   _check_readme(d, shifts)
   full = grid.design("full")
   verdicts = ("transfers", "does not transfer", "undecided", "failed (edge)", "pending")
+  stalled = types.SimpleNamespace(stalled=True)
   mixed = [_BLANK._replace(arm=a, param=p, axis=ax, value=0.1 * i, hull=(0.1 * i - 1, 0.1 * i + 1),
-                           verdict=verdicts[i % len(verdicts)]) for i, (a, p, ax) in enumerate(study.axes(full))]
+                           verdict=verdicts[i % len(verdicts)], top=stalled if i % 7 == 3 else _CELL)
+           for i, (a, p, ax) in enumerate(study.axes(full))]
+  assert any(s.stalled and s.verdict == "transfers" for s in mixed)
   _check_findings(full, mixed)
   _check_readme(full, mixed)
 

@@ -80,12 +80,13 @@ def test_power_law_and_compute_for():
 # --- study.py ------------------------------------------------------------------------------------------------------
 
 
-def _synthetic(curve, failed=lambda p, s: False):
+def _synthetic(curve, failed=lambda p, s: False, learned=lambda p, s: True):
   """A Study of the test design (3 seeds, 7 base steps centred on 0) over a loss function instead of records:
-  curve(point, seed) -> final loss (D.FAIL_LOSS where failed(point, seed))."""
+  curve(point, seed) -> final loss (D.FAIL_LOSS where failed(point, seed)); learned(point, seed): below the
+  byte-unigram baseline."""
   S = object.__new__(study.Study)
   S.d = {**grid.design("test"), "seeds": 3, "base_points": 7, "center": 0}
-  S.loss, S.failed = curve, failed
+  S.loss, S.failed, S.learned = curve, failed, learned
   return S
 
 
@@ -126,6 +127,18 @@ def test_a_shift_its_penalty_speedup_and_the_law_from_known_curves(monkeypatch):
   assert shifts[("pre_norm", "completep", "depth")].law == ""
   w = shifts[("pre_norm", "mup", "width")]
   assert w.value == pytest.approx(0.0) and w.verdict == "transfers" and w.penalty == pytest.approx(0.0)
+
+
+def test_a_cell_stalls_only_when_none_of_its_runs_learned_and_the_shift_says_which(monkeypatch):
+  _few_resamples(monkeypatch)
+  one = lambda p, s: p.layers == 2 and s == 1  # a single run of the top depth learned
+  S = _synthetic(lambda p, s: (p.k + 2) ** 2 + 1.0 if p.layers == 2 else p.k ** 2 + 3.0,
+                 learned=lambda p, s: one(p, s) if p.arm == "pre_norm" else p.layers == 1)
+  shifts = {(s.arm, s.param, s.axis): s for s in S.shifts(S.cells())}
+  assert shifts[("pre_norm", "standard", "depth")].stalled == "base"
+  assert shifts[("keel", "standard", "depth")].stalled == "top"
+  assert shifts[("pre_norm", "mup", "width")].stalled == "both"
+  assert shifts[("keel", "standard", "depth")].verdict == "does not transfer"  # the rule's verdict stands
 
 
 def test_an_optimum_on_the_base_cells_edge_fails_the_shift(monkeypatch):

@@ -38,7 +38,7 @@ def opt_cell(cs) -> str:
     return "pending"
   o = cs.opt
   flag = {"": "", "coarse": " (coarse)", "edge": " **edge**", "failed": " failed"}[o.flag]
-  return f"{o.k:+.2f} ({lr_of(o.k)}) {iv(cs.boot)}{flag}"
+  return f"{o.k:+.2f} ({lr_of(o.k)}) {iv(cs.boot)}{flag}" + (" stalled" if cs.stalled else "")
 
 
 def shift_rows(shifts, axis: str) -> list[str]:
@@ -51,9 +51,14 @@ def shift_rows(shifts, axis: str) -> list[str]:
     sp = f"{s.speedup:.2f}x" if np.isfinite(s.speedup) else "n/a"
     pen = f"{s.penalty_bound}{s.penalty:.4f}" if np.isfinite(s.penalty) else "-"
     value = f"{s.value:+.2f}" if np.isfinite(s.value) else "-"
-    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}** | {pen} | "
+    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}**{stalled(s)} | {pen} | "
                 f"{sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
   return rows
+
+
+def stalled(s) -> str:
+  """A shift's note where a cell stalled: its verdict stands, but it compares plateaus."""
+  return f" (stalled: {s.stalled})" if s.stalled else ""
 
 
 def optima_rows(d, stats, axis: str) -> list[str]:
@@ -92,7 +97,8 @@ def findings(d, shifts) -> list[str]:
       words = []
       for v, ss in by.items():
         if ss:
-          words.append(f"{v}: " + ", ".join(f"`{s.arm}` {s.value:+.1f} {iv(s.hull, '{:+.1f}')}" for s in ss))
+          words.append(f"{v}: " + ", ".join(f"`{s.arm}` {s.value:+.1f} {iv(s.hull, '{:+.1f}')}{stalled(s)}"
+                                            for s in ss))
       words += [f"{n} {v}" for v, n in rest.items() if n]
       out.append(f"- `{param}`, {span}: " + "; ".join(words) + ".")
   return out
@@ -149,6 +155,7 @@ def header(d, S) -> list[str]:
   recs = list(S.recs.values())
   every = recs + list(S.outside.values())  # what the grid cost: the records outside it ran too
   diverged = sum(r["status"] == "diverged" for r in recs)
+  stalled_runs = sum(r.get("learned_beyond_unigram") is False for r in recs)
   return [
       "# Does the learning rate transfer? Each placement's optimal lr from 12 to 96 layers and over width", "",
       engine_page.generated("transfer"), "",
@@ -156,7 +163,7 @@ def header(d, S) -> list[str]:
       f"{engine_page.quoted(sorted(map(str, S.designs)))}; code fingerprint "
       f"{engine_page.quoted(sorted(map(str, S.fingerprints)))}; runs at commit "
       f"{engine_page.quoted(engine_page.commits(every))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
-      f"diverged), and {len(S.outside)} records outside the grid (below); {lg.run_seconds(every) / 3600:.2f} "
+      f"diverged, {stalled_runs} stalled), and {len(S.outside)} records outside the grid (below); {lg.run_seconds(every) / 3600:.2f} "
       f"run-hours, start to finish, summed over every record, and {lg.active_seconds(every) / 3600:.2f} h of wall "
       f"time with a run going (the union of those intervals), against {D.budget_s() / 3600:.1f} h for the whole "
       f"grid by the design's budget model (`design.budget_s`; {D.ALLOWED_S / 3600:.0f} h allowed). Every number "
@@ -204,7 +211,10 @@ def page(d, S, stats, shifts) -> list[str]:
           "## Depth: the shift from 12 to 96 layers", "", *shift_rows(shifts, "depth"), "",
           "Penalty: the 96-layer curve's loss at the 12-layer optimum minus its own best (a `>=` where the 12-layer "
           "optimum lies beyond the 96-layer grid). Effective speedup: Pre-Norm's optimal-loss curve over depth "
-          "under the same parametrization, read at both losses (n/a where it does not fall with compute).", "",
+          "under the same parametrization, read at both losses (n/a where it does not fall with compute). "
+          "Stalled: a cell none of whose runs ended below the byte-unigram baseline (each record's "
+          "`learned_beyond_unigram`); its curve is a plateau and its optimum noise, so a verdict on it stands as the "
+          "rule gives it but is not a finding (the README leaves it out of its lists).", "",
           "Optima per cell (sqrt(2) steps, lr, bootstrap 95%):", "", *optima_rows(d, stats, "depth"), "",
           f"![final loss against lr per depth]({FIG_DEPTH})", "",
           "## Width: the shift from the base width to 4x it, at 12 layers", "", *shift_rows(shifts, "width"), "",
@@ -216,8 +226,8 @@ def page(d, S, stats, shifts) -> list[str]:
 
 def readme_lines(d, shifts) -> list[str]:
   """The README's two lines, depth and width: under each parametrization, the placements that transfer and those
-  that do not, each with its hull; the rest counted. Grouped by parametrization so both lines fit the README's
-  15 KB whatever the verdicts (a test fills every cell)."""
+  that do not, each with its hull; a shift with a stalled cell (a plateau's optimum) and the rest counted. Grouped by
+  parametrization so both lines fit the README's 15 KB whatever the verdicts (a test fills every cell)."""
   out = []
   for axis, what in (("depth", f"{d['depths'][0]} -> {d['depths'][-1]} layers"),
                      ("width", f"width x{d['widths'][-1] // d['widths'][0]}")):
@@ -225,9 +235,11 @@ def readme_lines(d, shifts) -> list[str]:
     parts = []
     for v in ("transfers", "does not transfer"):
       for param in dict.fromkeys(s.param for s in rows):
-        ss = [s for s in rows if s.param == param and s.verdict == v]
+        ss = [s for s in rows if s.param == param and s.verdict == v and not s.stalled]
         if ss:
           parts.append(f"{v} under `{param}`: " + ", ".join(f"{s.arm} {iv(s.hull, '{:+.1f}')}" for s in ss))
-    n = sum(s.verdict not in ("transfers", "does not transfer") for s in rows)
-    out.append(f"- {what}: " + "; ".join(parts + [f"{n} undecided, failed or pending"] * bool(n)) + ".")
+    n_stalled = sum(bool(s.stalled) for s in rows)
+    n = sum(s.verdict not in ("transfers", "does not transfer") and not s.stalled for s in rows)
+    out.append(f"- {what}: " + "; ".join(parts + [f"{n_stalled} on a stalled cell"] * bool(n_stalled) +
+                                          [f"{n} undecided, failed or pending"] * bool(n)) + ".")
   return out

@@ -25,6 +25,8 @@ class CellStat(NamedTuple):
   seed_opts: list     # per seed
   boot: tuple         # bootstrap interval of the optimum
   t: tuple            # t interval over per-seed optima
+  stalled: bool       # it has runs, and none of them ended below the byte-unigram baseline (records'
+                      # learned_beyond_unigram): its curve is a plateau's, its optimum noise
 
 
 class Shift(NamedTuple):
@@ -42,6 +44,12 @@ class Shift(NamedTuple):
   penalty_bound: str  # ">=" where the base's optimum lies beyond the top's grid
   speedup: float      # C(loss at the base's lr) / C(loss at its own optimum) on Pre-Norm's curve; nan: undefined
   law: str            # standard, depth: the interval against the effective-depth law's prediction; else ""
+
+  @property
+  def stalled(self) -> str:
+    """Which of the shift's cells stalled: "", "base", "top" or "both" (the verdict stands; the page says so)."""
+    return {(False, False): "", (True, False): "base", (False, True): "top", (True, True): "both"}[
+        (bool(self.base.stalled), bool(self.top.stalled))]
 
 
 class Study:
@@ -63,6 +71,11 @@ class Study:
   def loss(self, p: grid.Point, s: int) -> float | None:
     return grid.final_loss(self.recs.get((p, s)))
 
+  def learned(self, p: grid.Point, s: int) -> bool | None:
+    """Whether a run ended below the byte-unigram baseline (its record's flag); None without a record."""
+    rec = self.recs.get((p, s))
+    return None if rec is None else bool(rec.get("learned_beyond_unigram"))
+
   def failed(self, p: grid.Point, s: int) -> bool:
     """Whether a run diverged (its loss counts at FAIL_LOSS): its status, not its loss's size."""
     rec = self.recs.get((p, s))
@@ -82,7 +95,9 @@ class Study:
     seed_opts = [fit.optimum(ks, y[:, s], failed[:, s]) if complete else opt for s in range(n)]
     boot = fit.bootstrap(lambda idx: _defined(mean_opt(idx)), n) if complete else (math.nan, math.nan)
     t = fit.t_interval([o.k for o in seed_opts]) if complete else (math.nan, math.nan)
-    return CellStat(c, ks, y, failed, complete, opt, seed_opts, boot, t)
+    learned = [self.learned(grid.Point(*rc, k), s) for k in ks for s in range(n)]
+    stalled = any(x is not None for x in learned) and not any(learned)
+    return CellStat(c, ks, y, failed, complete, opt, seed_opts, boot, t, stalled)
 
   def cells(self) -> dict:
     return {c: self.cell(c) for c in grid.cells(self.d)}
