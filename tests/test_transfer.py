@@ -227,22 +227,35 @@ def test_a_record_outside_the_grid_is_checked_listed_and_counted_in_the_cost_but
   d = grid.design("test")
   src = next(p for p in sorted((recs / "pystdlib").iterdir()))
   p, s = grid.parse_name(src.name[:-len(".json")])
+  src_learned = json.loads(src.read_text())["learned_beyond_unigram"]
   far = p._replace(k=p.k + 40)
   rec = json.loads(src.read_text())
   rec["recipe"] = list(far)
-  rec["timing"] = {**rec["timing"], "started_at": 0.0, "finished_at": 3600.0}
+  spans = [(r["timing"]["started_at"], r["timing"]["finished_at"]) for r in study.Study(d, COMMITTED).recs.values()]
+  first, last = min(a for a, _ in spans), max(b for _, b in spans)
+  rec["timing"] = {**rec["timing"], "started_at": first, "finished_at": last}  # beside every other run
   rec["digest"] = records._digest(rec)  # noqa: SLF001
   (recs / "pystdlib" / f"{grid.run_name(far, s)}.json").write_text(json.dumps(rec))
+  flagless = recs / "pystdlib" / src.name  # a grid record without the stalled flag counts as not stalled
+  r0 = json.loads(flagless.read_text())
+  r0["learned_beyond_unigram"] = None
+  r0["digest"] = records._digest(r0)  # noqa: SLF001
+  flagless.write_text(json.dumps(r0))
   S = study.Study(d, str(recs))
   base = study.Study(d, COMMITTED)
-  assert list(S.outside) == [(far, s)] and S.recs == base.recs and S.total == base.total
+  assert list(S.outside) == [(far, s)] and S.recs.keys() == base.recs.keys() and S.total == base.total
   text = "\n".join(page.header(d, S))
-  stalled = sum(r["learned_beyond_unigram"] is False for r in S.recs.values())
+  stalled = sum(r["learned_beyond_unigram"] is False for r in base.recs.values()) - (src_learned is False)
   assert f"{len(S.recs)} of {S.total} finished (0 diverged, {stalled} stalled), and 1 records outside the grid" in text
   assert f"`{far.arm}`/`{far.param}` {far.layers} layers width {far.width}: k {far.k} (seed {s})" in text
-  hours = lg.run_seconds(list(base.recs.values())) / 3600 + 1.0
-  assert f"{hours:.2f} run-hours" in text
+  hours = (lg.run_seconds(list(base.recs.values())) + last - first) / 3600
+  assert f"{hours:.2f} run-hours" in text and f"{(last - first) / 3600:.2f} h of wall time with a run going" in text
+  moved = far._replace(k=far.k + 1)  # a record renamed to another run's name: refused like any record
+  (recs / "pystdlib" / f"{grid.run_name(far, s)}.json").rename(recs / "pystdlib" / f"{grid.run_name(moved, s)}.json")
+  with pytest.raises(InputError, match="is not the record its name says"):
+    study.Study(d, str(recs))
   rec["final_eval_loss"] = 1.0  # damaged: refused like any record
+  (recs / "pystdlib" / f"{grid.run_name(moved, s)}.json").unlink()
   (recs / "pystdlib" / f"{grid.run_name(far, s)}.json").write_text(json.dumps(rec))
   with pytest.raises(InputError, match="edited or damaged"):
     study.Study(d, str(recs))
@@ -344,6 +357,18 @@ def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
   assert any(s.stalled and s.verdict == "transfers" for s in mixed)
   _check_findings(full, mixed)
   _check_readme(full, mixed)
+
+
+def test_the_tables_mark_a_stalled_cell_and_which_cell_of_a_shift_stalled(committed):
+  _, _, stats, shifts = committed
+  cs = next(c for c in stats.values() if c.complete)
+  assert "stalled" not in page.opt_cell(cs._replace(stalled=False))
+  assert page.opt_cell(cs._replace(stalled=True)).endswith(" stalled")
+  s = next(x for x in shifts if x.axis == "depth")
+  learned = s._replace(top=s.top._replace(stalled=False), base=s.base._replace(stalled=False))
+  assert "stalled" not in page.shift_rows([learned], "depth")[-1]
+  top = learned._replace(top=s.top._replace(stalled=True))
+  assert f"**{s.verdict}** (stalled: top) |" in page.shift_rows([top], "depth")[-1]
 
 
 def test_the_readme_lines_fit_the_readme_with_every_cell_listed():

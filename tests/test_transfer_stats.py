@@ -139,6 +139,13 @@ def test_a_cell_stalls_only_when_none_of_its_runs_learned_and_the_shift_says_whi
   assert shifts[("keel", "standard", "depth")].stalled == "top"
   assert shifts[("pre_norm", "mup", "width")].stalled == "both"
   assert shifts[("keel", "standard", "depth")].verdict == "does not transfer"  # the rule's verdict stands
+  # a run without its record, or a record without the flag, is not known to have stalled: nor is its cell
+  c = grid.Cell("pre_norm", "standard", 1, 8)
+  for unknown in (lambda p, s: None if p.k == 0 else False, lambda p, s: None):
+    assert not _synthetic(lambda p, s: p.k ** 2 + 3.0, learned=unknown).cell(c).stalled
+  assert _synthetic(lambda p, s: p.k ** 2 + 3.0, learned=lambda p, s: False).cell(c).stalled
+  pending = _synthetic(lambda p, s: None if s == 2 else p.k ** 2 + 3.0, learned=lambda p, s: None if s == 2 else False)
+  assert not pending.cell(c).complete and not pending.cell(c).stalled
 
 
 def test_an_optimum_on_the_base_cells_edge_fails_the_shift(monkeypatch):

@@ -212,7 +212,7 @@ def page(d, S, stats, shifts) -> list[str]:
           "Penalty: the 96-layer curve's loss at the 12-layer optimum minus its own best (a `>=` where the 12-layer "
           "optimum lies beyond the 96-layer grid). Effective speedup: Pre-Norm's optimal-loss curve over depth "
           "under the same parametrization, read at both losses (n/a where it does not fall with compute). "
-          "Stalled: a cell none of whose runs ended below the byte-unigram baseline (each record's "
+          "Stalled: a cell every run of which ended above the byte-unigram baseline (each record's "
           "`learned_beyond_unigram`); its curve is a plateau and its optimum noise, so a verdict on it stands as the "
           "rule gives it but is not a finding (the README leaves it out of its lists).", "",
           "Optima per cell (sqrt(2) steps, lr, bootstrap 95%):", "", *optima_rows(d, stats, "depth"), "",

@@ -25,8 +25,8 @@ class CellStat(NamedTuple):
   seed_opts: list     # per seed
   boot: tuple         # bootstrap interval of the optimum
   t: tuple            # t interval over per-seed optima
-  stalled: bool       # it has runs, and none of them ended below the byte-unigram baseline (records'
-                      # learned_beyond_unigram): its curve is a plateau's, its optimum noise
+  stalled: bool       # every run has its record, and each says it ended above the byte-unigram baseline
+                      # (learned_beyond_unigram false; a record without the flag: not stalled): a plateau's curve
 
 
 class Shift(NamedTuple):
@@ -72,9 +72,8 @@ class Study:
     return grid.final_loss(self.recs.get((p, s)))
 
   def learned(self, p: grid.Point, s: int) -> bool | None:
-    """Whether a run ended below the byte-unigram baseline (its record's flag); None without a record."""
-    rec = self.recs.get((p, s))
-    return None if rec is None else bool(rec.get("learned_beyond_unigram"))
+    """Whether a run ended below the byte-unigram baseline (its record's flag); None without a record or flag."""
+    return (self.recs.get((p, s)) or {}).get("learned_beyond_unigram")
 
   def failed(self, p: grid.Point, s: int) -> bool:
     """Whether a run diverged (its loss counts at FAIL_LOSS): its status, not its loss's size."""
@@ -96,7 +95,7 @@ class Study:
     boot = fit.bootstrap(lambda idx: _defined(mean_opt(idx)), n) if complete else (math.nan, math.nan)
     t = fit.t_interval([o.k for o in seed_opts]) if complete else (math.nan, math.nan)
     learned = [self.learned(grid.Point(*rc, k), s) for k in ks for s in range(n)]
-    stalled = any(x is not None for x in learned) and not any(learned)
+    stalled = all(x is False for x in learned)
     return CellStat(c, ks, y, failed, complete, opt, seed_opts, boot, t, stalled)
 
   def cells(self) -> dict:
