@@ -13,6 +13,7 @@ from resnorm.evaluation import evaluate
 LEGACY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "legacy_hc_7e66a2b")
 
 
+@pytest.mark.integration  # a committed legacy workdir trained and evaluated twice
 def test_checkpoint_from_before_the_move_evaluates_the_same(tmp_path, monkeypatch):
   want = json.load(open(os.path.join(LEGACY, "expected.json")))
   shutil.copytree(LEGACY, tmp_path / "run", ignore=shutil.ignore_patterns("expected.json"))

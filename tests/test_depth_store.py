@@ -60,7 +60,7 @@ E2E = pytest.mark.integration  # further settings of a placement: `make test-int
 
 
 @pytest.mark.parametrize("name,over", [
-    pytest.param("attn_res", {}, marks=E2E), ("attn_res_block", {}),
+    pytest.param("attn_res", {}, marks=E2E), pytest.param("attn_res_block", {}, marks=E2E),
     pytest.param("attn_res_block", {"model.attn_res.num_blocks": 3}, marks=E2E),
     pytest.param("denseformer", {}, marks=E2E),
     pytest.param("denseformer", {"model.denseformer.dilation": 2, "model.denseformer.period": 2}, marks=E2E),
@@ -110,7 +110,8 @@ def pre_norm_bytes():
   return {n: _temp_bytes("pre_norm", n) for n in (4, 8)}
 
 
-@pytest.mark.parametrize("name", [pytest.param("attn_res", marks=E2E), "denseformer", pytest.param("mudd", marks=E2E),
+@pytest.mark.parametrize("name", [pytest.param("attn_res", marks=E2E), pytest.param("denseformer", marks=E2E),
+                                  pytest.param("mudd", marks=E2E),
                                   pytest.param("attn_res_block", marks=E2E),
                                   pytest.param("laurel", marks=E2E)])
 def test_memory_grows_linearly_in_depth(name, pre_norm_bytes):
@@ -320,7 +321,7 @@ def _plain_delta_stream(monkeypatch):
   monkeypatch.setattr(delta_attn_res, "_stream", lambda c_BTD, x_sum_BTD: x_sum_BTD)
 
 
-@pytest.mark.parametrize("over", [{"model.remat": "full", "model.depth_chunks": 2},
+@pytest.mark.parametrize("over", [pytest.param({"model.remat": "full", "model.depth_chunks": 2}, marks=E2E),
                                   pytest.param({"model.scan_layers": False}, marks=E2E)])
 def test_delta_full_routes_its_streams_gradient_through_the_carry(over, monkeypatch):
   """Delta AttnRes (Full) reads its stream's value from the store and sends its gradient back along the carried

@@ -34,7 +34,7 @@ def test_group_scan_equals_the_scan_for_every_group_size_and_keeps_the_order():
     np.testing.assert_allclose(g_k, g, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("name,k", [("kromhc", 2), pytest.param("resid_lambdas", 4, marks=pytest.mark.integration),
+@pytest.mark.parametrize("name,k", [pytest.param("kromhc", 2, marks=pytest.mark.integration), pytest.param("resid_lambdas", 4, marks=pytest.mark.integration),
                                     pytest.param("pre_norm", 3, marks=pytest.mark.integration)])
 def test_remat_group_equals_the_plain_scan(name, k):
   cfg = tiny_config(name, 5, **{"model.remat": "full"})

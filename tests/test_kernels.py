@@ -95,6 +95,7 @@ def _np_sinkhorn(logits, iters):
   return m
 
 
+@pytest.mark.integration  # the layouts' agreement stays in `make test`
 def test_sinkhorn_survives_logits_far_apart():
   """A column whose logits sit 60-150 below the rest (mHC's dynamic logits at a large lr): the value is the
   float64 Sinkhorn of those logits and the gradient is finite; an exp-domain float32 iteration gives NaN here."""

@@ -313,8 +313,11 @@ def _batch(seed, b=4, t=16):
 
 # Admin's omegas, nGPT's scalers and ReZero's gates also get their gradients checked against finite differences in
 # test_reference.py's fast cases; their five-step runs are in `make test-integration`.
-# the depth-store placements' five-step runs compile the slowest; their store is tested in test_depth_store.py
-@pytest.mark.parametrize("name", representative(VARIANTS))
+# the depth-store placements' five-step runs compile the slowest (all in `make test-integration`); their store is
+# tested in test_depth_store.py
+@pytest.mark.parametrize("name", [p if p.values[0] != "attn_res_block" else
+                                  pytest.param("attn_res_block", marks=pytest.mark.integration)
+                                  for p in representative(VARIANTS)])
 def test_every_param_learns_and_five_steps_are_finite(name):
   cfg = tiny_config(name, 4, **{"train.warmup_steps": 0, "train.lr": 1e-2})
   mcfg, tx = configlib.model_config(cfg), optim.make(cfg)

@@ -30,7 +30,7 @@ def _records(wd):
 
 
 @pytest.mark.parametrize("residual,over", [
-    pytest.param("hc", {"model.hc.n": 2}, id="pre_norm->hc"),
+    pytest.param("hc", {"model.hc.n": 2}, id="pre_norm->hc", marks=pytest.mark.integration),
     pytest.param("frac_hc", {"model.frac_hc.m": 4}, id="pre_norm->frac_hc", marks=pytest.mark.integration),
     pytest.param("pre_norm", {}, id="same", marks=pytest.mark.integration),
     pytest.param("resid_lambdas", {"model.resid_lambdas.preset": "identity"}, id="pre_norm->resid_lambdas",
