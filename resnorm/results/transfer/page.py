@@ -51,8 +51,8 @@ def shift_rows(shifts, axis: str) -> list[str]:
     sp = f"{s.speedup:.2f}x" if np.isfinite(s.speedup) else "n/a"
     pen = f"{s.penalty_bound}{s.penalty:.4f}" if np.isfinite(s.penalty) else "-"
     value = f"{s.value:+.2f}" if np.isfinite(s.value) else "-"
-    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}**{stalled(s)} | {pen} | "
-                f"{sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
+    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}**{stalled(s)} | "
+                f"{pen} | {sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
   return rows
 
 
@@ -163,8 +163,8 @@ def header(d, S) -> list[str]:
       f"{engine_page.quoted(sorted(map(str, S.designs)))}; code fingerprint "
       f"{engine_page.quoted(sorted(map(str, S.fingerprints)))}; runs at commit "
       f"{engine_page.quoted(engine_page.commits(every))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
-      f"diverged, {stalled_runs} stalled), and {len(S.outside)} records outside the grid (below); {lg.run_seconds(every) / 3600:.2f} "
-      f"run-hours, start to finish, summed over every record, and {lg.active_seconds(every) / 3600:.2f} h of wall "
+      f"diverged, {stalled_runs} stalled), and {len(S.outside)} records outside the grid (below); "
+      f"{lg.run_seconds(every) / 3600:.2f} run-hours, start to finish, summed over every record, and {lg.active_seconds(every) / 3600:.2f} h of wall "
       f"time with a run going (the union of those intervals), against {D.budget_s() / 3600:.1f} h for the whole "
       f"grid by the design's budget model (`design.budget_s`; {D.ALLOWED_S / 3600:.0f} h allowed). Every number "
       "below is read from the records.", "", *outside_lines(S)]

@@ -48,8 +48,8 @@ class Shift(NamedTuple):
   @property
   def stalled(self) -> str:
     """Which of the shift's cells stalled: "", "base", "top" or "both" (the verdict stands; the page says so)."""
-    return {(False, False): "", (True, False): "base", (False, True): "top", (True, True): "both"}[
-        (bool(self.base.stalled), bool(self.top.stalled))]
+    base, top = bool(self.base.stalled), bool(self.top.stalled)
+    return "both" if base and top else "base" if base else "top" if top else ""
 
 
 class Study:
