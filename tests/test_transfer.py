@@ -299,3 +299,18 @@ def test_the_waves_run_what_the_records_lack_and_stop_when_none_is_missing(tmp_p
       [(p, s, grid.run_name(p, s)) for p, s in grid.missing(d, str(tmp_path))] != []
   assert {s for _, _, s, _ in spec.runs(d, str(tmp_path))} == {0}
   assert spec.runs(d, COMMITTED) == [] and grid.points(d, COMMITTED)
+
+
+def test_a_t_interval_reading_a_seeds_edge_bound_says_so(committed):
+  d, _, _, shifts = committed
+  s = next(x for x in shifts if x.axis == "depth" and x.verdict != "pending")
+  plain = [o._replace(flag="") for o in s.top.seed_opts]
+  clean = s._replace(top=s.top._replace(seed_opts=plain), base=s.base._replace(seed_opts=plain))
+  assert "(edge:" not in page.shift_rows([clean], "depth")[-1]
+  one = clean._replace(top=clean.top._replace(seed_opts=[plain[0]._replace(flag="edge"), *plain[1:]]))
+  both = one._replace(base=one.top)  # a seed on its edge at both ends is one seed
+  for x in (one, both):
+    assert f"{page.iv(x.t)} (edge: 1 seed) | **{x.verdict}**" in page.shift_rows([x], "depth")[-1]
+  every = clean._replace(top=clean.top._replace(seed_opts=[o._replace(flag="edge") for o in plain]))
+  assert f"(edge: {len(plain)} seeds) |" in page.shift_rows([every], "depth")[-1]
+  assert f"1/{d['seeds'] ** d['seeds']} of them expected at {d['seeds']} seeds" in page.edge_paragraph(d)

@@ -154,3 +154,24 @@ def test_an_optimum_on_the_base_cells_edge_fails_the_shift(monkeypatch):
   stats = S.cells()
   for s in S.shifts(stats):
     assert s.base.opt.flag == "edge" and s.verdict == "failed (edge)", s.arm
+
+
+def test_a_seed_whose_own_optimum_is_on_its_edge_is_counted_and_leaves_the_bootstrap_unbounded():
+  """The page's note on a t interval: one seed's own optimum on its grid's edge (a bound) is a value to the t
+  interval, and its one-seed resamples (1/27 of the 2000) leave the bootstrap unbounded: the verdict is undecided."""
+  edge = lambda p, s: s == 2 and p.layers == 2
+  S = _synthetic(lambda p, s: 3.0 - 0.1 * p.k if edge(p, s) else p.k ** 2 + 1.0)
+  shifts = {(s.arm, s.param, s.axis): s for s in S.shifts(S.cells())}
+  s = shifts[("pre_norm", "standard", "depth")]
+  assert [o.flag for o in s.top.seed_opts] == ["", "", "edge"] and s.top.opt.flag == ""  # the mean is interior
+  assert s.edge_seeds == 1 and s.boot == (-math.inf, math.inf) and s.verdict == "undecided"
+  assert np.isfinite(s.t).all()
+  w = shifts[("pre_norm", "standard", "width")]
+  assert w.edge_seeds == 0 and np.isfinite(w.boot).all() and w.verdict == "transfers"
+  # a pending shift notes no seed, whatever its complete cell holds
+  base_edge = lambda p, s: s == 2 and p.layers == 1 and p.width == 8
+  S = _synthetic(lambda p, s: None if p.layers == 2 and s == 0 else 3.0 - 0.1 * p.k if base_edge(p, s)
+                 else p.k ** 2 + 1.0)
+  stats = S.cells()
+  s = next(x for x in S.shifts(stats) if (x.arm, x.param, x.axis) == ("pre_norm", "standard", "depth"))
+  assert s.verdict == "pending" and s.base.seed_opts[2].flag == "edge" and s.edge_seeds == 0

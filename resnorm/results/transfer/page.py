@@ -51,9 +51,23 @@ def shift_rows(shifts, axis: str) -> list[str]:
     sp = f"{s.speedup:.2f}x" if np.isfinite(s.speedup) else "n/a"
     pen = f"{s.penalty_bound}{s.penalty:.4f}" if np.isfinite(s.penalty) else "-"
     value = f"{s.value:+.2f}" if np.isfinite(s.value) else "-"
-    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)} | **{s.verdict}**{stalled(s)} | "
-                f"{pen} | {sp}" + (f" | {s.law or '-'}" if axis == "depth" else "") + " |")
+    rows.append(f"| `{s.arm}` | `{s.param}` | {value} | {iv(s.boot)} | {iv(s.t)}{edge_note(s)} | "
+                f"**{s.verdict}**{stalled(s)} | {pen} | {sp}" + (f" | {s.law or '-'}" if axis == "depth" else "")
+                + " |")
   return rows
+
+
+def edge_note(s) -> str:
+  """A t interval's note where some seed's own optimum is on its edge: that value is a bound (edge_paragraph)."""
+  return f" (edge: {s.edge_seeds} {'seed' if s.edge_seeds == 1 else 'seeds'})" if s.edge_seeds else ""
+
+
+def edge_paragraph(d) -> str:
+  n = d["seeds"]
+  return (f"A t interval marked (edge: m seeds) reads m seeds' own optima that lie on their grid's edge (the best "
+          f"point of that seed's curve, a bound) as values. The bootstrap counts the resamples of such a seed alone "
+          f"(for each, 1/{n ** n} of them expected at {n} seeds: more than the 2.5% a tail holds) as undefined, so "
+          "its interval is unbounded (-inf, +inf), and the verdict can be neither transfers nor does not transfer.")
 
 
 def stalled(s) -> str:
@@ -164,7 +178,8 @@ def header(d, S) -> list[str]:
       f"{engine_page.quoted(sorted(map(str, S.fingerprints)))}; runs at commit "
       f"{engine_page.quoted(engine_page.commits(every))}). Runs: {len(recs)} of {S.total} finished ({diverged} "
       f"diverged, {stalled_runs} stalled), and {len(S.outside)} records outside the grid (below); "
-      f"{lg.run_seconds(every) / 3600:.2f} run-hours, start to finish, summed over every record, and {lg.active_seconds(every) / 3600:.2f} h of wall "
+      f"{lg.run_seconds(every) / 3600:.2f} run-hours, start to finish, summed over every record, and "
+      f"{lg.active_seconds(every) / 3600:.2f} h of wall "
       f"time with a run going (the union of those intervals), against {D.budget_s() / 3600:.1f} h for the whole "
       f"grid by the design's budget model (`design.budget_s`; {D.ALLOWED_S / 3600:.0f} h allowed). Every number "
       "below is read from the records.", "", *outside_lines(S)]
@@ -214,7 +229,7 @@ def page(d, S, stats, shifts) -> list[str]:
           "under the same parametrization, read at both losses (n/a where it does not fall with compute). "
           "Stalled: a cell every run of which ended above the byte-unigram baseline (each record's "
           "`learned_beyond_unigram`); its curve is a plateau and its optimum noise, so a verdict on it stands as the "
-          "rule gives it but is not a finding (the README leaves it out of its lists).", "",
+          "rule gives it but is not a finding (the README leaves it out of its lists).", "", edge_paragraph(d), "",
           "Optima per cell (sqrt(2) steps, lr, bootstrap 95%):", "", *optima_rows(d, stats, "depth"), "",
           f"![final loss against lr per depth]({FIG_DEPTH})", "",
           "## Width: the shift from the base width to 4x it, at 12 layers", "", *shift_rows(shifts, "width"), "",

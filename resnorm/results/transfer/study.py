@@ -51,6 +51,14 @@ class Shift(NamedTuple):
     base, top = bool(self.base.stalled), bool(self.top.stalled)
     return "both" if base and top else "base" if base else "top" if top else ""
 
+  @property
+  def edge_seeds(self) -> int:
+    """Seeds whose own optimum at the base or the top lies on its grid's edge: a bound, which the t interval reads
+    as a value and the bootstrap, in that seed's one-seed resamples, as undefined (its interval then unbounded)."""
+    if not (self.base.complete and self.top.complete):
+      return 0
+    return sum("edge" in (a.flag, b.flag) for a, b in zip(self.base.seed_opts, self.top.seed_opts))
+
 
 class Study:
   """Every record of the grid as the records grow it, read and checked (a damaged record, one under another's
