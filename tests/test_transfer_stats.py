@@ -61,6 +61,8 @@ def test_intervals_and_the_verdict():
   rng = np.random.default_rng(fit.SEED)  # the 2.5% and 97.5% order statistics of the same resamples
   means = [vals[rng.integers(0, 4, 4)].mean() for _ in range(fit.RESAMPLES)]
   assert b == (np.quantile(means, 0.025, method="lower"), np.quantile(means, 0.975, method="higher"))
+  calls = []  # each distinct resample computed once (4^4 at most), the same interval as computing all 2000
+  assert fit.bootstrap(lambda idx: calls.append(1) or vals[idx].mean(), 4) == b and len(calls) <= 4 ** 4
   b = fit.bootstrap(lambda idx: math.nan if 0 in idx else 0.0, 4)  # undefined resamples widen both tails
   assert b == (-math.inf, math.inf)
   assert fit.hull((0, 1), (-1, 0.5)) == (-1, 1)

@@ -78,9 +78,18 @@ def bootstrap(stat, seeds: int, level: float = 0.95, resamples: int = RESAMPLES,
   """Percentile interval of stat(idx) over seed resamples with replacement (idx: an int array of seed positions,
   the same for every cell a statistic reads: the pairing by seed), its ends the order statistics just outside the
   quantiles. Resamples whose statistic is undefined (nan) count as the least favourable tail on both sides (never
-  dropped): the interval widens."""
+  dropped): the interval widens. stat is a function of idx alone: each distinct resample (at most seeds^seeds) is
+  computed once."""
   rng = np.random.default_rng(seed)
-  vals = np.array([stat(rng.integers(0, seeds, seeds)) for _ in range(resamples)], float)
+  memo = {}
+
+  def once(idx):
+    key = tuple(idx.tolist())
+    if key not in memo:
+      memo[key] = stat(idx)
+    return memo[key]
+
+  vals = np.array([once(rng.integers(0, seeds, seeds)) for _ in range(resamples)], float)
   bad = ~np.isfinite(vals)
   if bad.all():
     return math.nan, math.nan
