@@ -313,4 +313,4 @@ def test_a_t_interval_reading_a_seeds_edge_bound_says_so(committed):
     assert f"{page.iv(x.t)} (edge: 1 seed) | **{x.verdict}**" in page.shift_rows([x], "depth")[-1]
   every = clean._replace(top=clean.top._replace(seed_opts=[o._replace(flag="edge") for o in plain]))
   assert f"(edge: {len(plain)} seeds) |" in page.shift_rows([every], "depth")[-1]
-  assert f"1/{d['seeds'] ** d['seeds']} of them expected at {d['seeds']} seeds" in page.edge_paragraph(d)
+  assert "1/27 of them expected at 3 seeds" in page.edge_paragraph({**d, "seeds": 3})  # seeds^seeds one-seed draws
