@@ -234,8 +234,11 @@ def _check_readme(d, shifts):
         s = next(r for r in rows if (r.arm, r.param) == (arm, param))
         assert s.verdict == verdict and (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi) and not s.stalled
         named += 1
-    counted = sum(int(n) for n in re.findall(r"(\d+) (?:on a stalled cell|undecided)", line))
+    counted = sum(int(n) for n in re.findall(r"(\d+) (?:on a stalled cell|undecided|failed \(edge\)|pending)", line))
     assert named + counted == len(rows), line
+    for v in ("undecided", "failed (edge)", "pending"):
+      n = sum(s.verdict == v and not s.stalled for s in rows)
+      assert (f" {n} {v}" in line) == bool(n), (v, line)
     assert f"{sum(bool(s.stalled) for s in rows)} on a stalled cell" in line or not any(s.stalled for s in rows)
 
 

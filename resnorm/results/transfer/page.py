@@ -241,8 +241,9 @@ def page(d, S, stats, shifts) -> list[str]:
 
 def readme_lines(d, shifts) -> list[str]:
   """The README's two lines, depth and width: under each parametrization, the placements that transfer and those
-  that do not, each with its hull; a shift with a stalled cell (a plateau's optimum) and the rest counted. Grouped by
-  parametrization so both lines fit the README's 15 KB whatever the verdicts (a test fills every cell)."""
+  that do not, each with its hull; a shift with a stalled cell (a plateau's optimum) and the rest counted by verdict
+  (undecided, failed, pending). Grouped by parametrization so both lines fit the README's 15 KB whatever the verdicts
+  (a test fills every cell)."""
   out = []
   for axis, what in (("depth", f"{d['depths'][0]} -> {d['depths'][-1]} layers"),
                      ("width", f"width x{d['widths'][-1] // d['widths'][0]}")):
@@ -254,7 +255,7 @@ def readme_lines(d, shifts) -> list[str]:
         if ss:
           parts.append(f"{v} under `{param}`: " + ", ".join(f"{s.arm} {iv(s.hull, '{:+.1f}')}" for s in ss))
     n_stalled = sum(bool(s.stalled) for s in rows)
-    n = sum(s.verdict not in ("transfers", "does not transfer") and not s.stalled for s in rows)
+    rest = {v: sum(s.verdict == v and not s.stalled for s in rows) for v in ("undecided", "failed (edge)", "pending")}
     out.append(f"- {what}: " + "; ".join(parts + [f"{n_stalled} on a stalled cell"] * bool(n_stalled) +
-                                          [f"{n} undecided, failed or pending"] * bool(n)) + ".")
+                                          [f"{n} {v}" for v, n in rest.items() if n]) + ".")
   return out
