@@ -24,6 +24,10 @@ END = "<!-- /transfer findings -->"
 FINDINGS = Block(BEGIN, END, "transfer findings")
 
 
+# the verdicts a finding or the README counts instead of listing
+UNDECIDED = ("undecided", "failed (edge)", "pending")
+
+
 def lr_of(k: float) -> str:
   return f"{D.lr(k):.1e}" if np.isfinite(k) else "-"
 
@@ -107,7 +111,7 @@ def findings(d, shifts) -> list[str]:
     for param in (d["depth_params"] if axis == "depth" else d["width_params"]):
       rows = [s for s in shifts if s.axis == axis and s.param == param]
       by = {v: [s for s in rows if s.verdict == v] for v in ("transfers", "does not transfer")}
-      rest = {v: sum(s.verdict == v for s in rows) for v in ("undecided", "failed (edge)", "pending")}
+      rest = {v: sum(s.verdict == v for s in rows) for v in UNDECIDED}
       words = []
       for v, ss in by.items():
         if ss:
@@ -255,7 +259,7 @@ def readme_lines(d, shifts) -> list[str]:
         if ss:
           parts.append(f"{v} under `{param}`: " + ", ".join(f"{s.arm} {iv(s.hull, '{:+.1f}')}" for s in ss))
     n_stalled = sum(bool(s.stalled) for s in rows)
-    rest = {v: sum(s.verdict == v and not s.stalled for s in rows) for v in ("undecided", "failed (edge)", "pending")}
+    rest = {v: sum(s.verdict == v and not s.stalled for s in rows) for v in UNDECIDED}
     out.append(f"- {what}: " + "; ".join(parts + [f"{n_stalled} on a stalled cell"] * bool(n_stalled) +
                                           [f"{n} {v}" for v, n in rest.items() if n]) + ".")
   return out
