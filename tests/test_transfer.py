@@ -203,14 +203,18 @@ def test_the_repositorys_records_name_this_design():
 
 
 def _check_findings(d, shifts):
-  """Each placement a finding says transfers or does not is that verdict in the shifts table, with its shift and
-  hull as the table has them; the counts of the rest add up."""
+  """Each placement a finding names is under its verdict in the shifts table, with its shift and hull as the table
+  has them; only the pending are counted, and every shift is named or counted once."""
   lines = page.findings(d, shifts)
   assert len(lines) == len(d["depth_params"]) + len(d["width_params"])
   for line, (axis, param) in zip(lines, [("depth", p) for p in d["depth_params"]] +
                                  [("width", p) for p in d["width_params"]]):
+    span = (f"{d['depths'][0]} to {d['depths'][-1]} layers" if axis == "depth"
+            else f"width {d['widths'][0]} to {d['widths'][-1]}")
+    assert line.startswith(f"- `{param}`, {span}: "), line
     rows = [s for s in shifts if s.axis == axis and s.param == param]
     body = line.split(": ", 1)[1].rstrip(".")
+    checked = 0
     for part in body.split("; "):
       verdict, _, listed = part.partition(": ")
       for arm, value, lo, hi, which in re.findall(
@@ -218,15 +222,25 @@ def _check_findings(d, shifts):
         s = next(r for r in rows if r.arm == arm)
         assert s.verdict == verdict and f"{s.value:+.1f}" == value and s.stalled == which
         assert (f"{s.hull[0]:+.1f}", f"{s.hull[1]:+.1f}") == (lo, hi)
+        checked += 1
+      for arm, value, lo, hi in re.findall(r"`(\w+)` ([-+][\d.]+) unbounded \(t \[([-+][\d.]+), ([-+][\d.]+)\]\)", listed):
+        s = next(r for r in rows if r.arm == arm)
+        assert s.verdict == verdict and f"{s.value:+.1f}" == value and not np.isfinite(s.hull).all()
+        assert (f"{s.t[0]:+.1f}", f"{s.t[1]:+.1f}") == (lo, hi)
+        checked += 1
     named = len(re.findall(r"`\w+` [-+]", line))
+    assert checked == named, line
     counted = sum(int(n) for n in re.findall(r"(\d+) (?:undecided|failed|pending)", line))
     assert named + counted == len(rows), line
+    assert counted == sum(s.verdict == "pending" for s in rows), line
 
 
 def _check_readme(d, shifts):
   """Each placement the README lists is its verdict under its parametrization with the table's hull; the rest of
   its axis counted."""
-  for line, axis in zip(page.readme_lines(d, shifts), ("depth", "width"), strict=True):
+  labels = (f"- {d['depths'][0]} -> {d['depths'][-1]} layers: ", f"- width x{d['widths'][-1] // d['widths'][0]}: ")
+  for line, axis, label in zip(page.readme_lines(d, shifts), ("depth", "width"), labels, strict=True):
+    assert line.startswith(label), (label, line)
     rows = [s for s in shifts if s.axis == axis]
     named = 0
     for verdict, param, listed in re.findall(r"(transfers|does not transfer) under `(\w+)`: ([^;]+)", line):
@@ -254,10 +268,12 @@ def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
   full = grid.design("full")
   verdicts = ("transfers", "does not transfer", "undecided", "failed (edge)", "pending")
   stalled = types.SimpleNamespace(stalled=True)
-  mixed = [_BLANK._replace(arm=a, param=p, axis=ax, value=0.1 * i, hull=(0.1 * i - 1, 0.1 * i + 1),
+  mixed = [_BLANK._replace(arm=a, param=p, axis=ax, value=0.1 * i, t=(0.1 * i - 2, 0.1 * i + 2),
+                           hull=(np.nan,) * 2 if i % 10 == 2 else (0.1 * i - 1, 0.1 * i + 1),
                            verdict=verdicts[i % len(verdicts)], top=stalled if i % 7 == 3 else _CELL)
            for i, (a, p, ax) in enumerate(study.axes(full))]
   assert any(s.stalled and s.verdict == "transfers" for s in mixed)
+  assert any(s.verdict == "undecided" and np.isnan(s.hull[0]) for s in mixed)
   _check_findings(full, mixed)
   _check_readme(full, mixed)
 

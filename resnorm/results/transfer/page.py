@@ -24,8 +24,9 @@ END = "<!-- /transfer findings -->"
 FINDINGS = Block(BEGIN, END, "transfer findings")
 
 
-# the verdicts a finding or the README counts instead of listing
+# the verdicts the README counts instead of listing (the findings list all but pending: it has no shift yet)
 UNDECIDED = ("undecided", "failed (edge)", "pending")
+VERDICTS = ("transfers", "does not transfer") + UNDECIDED
 
 
 def lr_of(k: float) -> str:
@@ -101,23 +102,31 @@ def power_rows() -> list[str]:
   return rows
 
 
+def hull_words(s) -> str:
+  """A shift's hull, or where its bootstrap is unbounded (a seed's optimum on its grid's edge) its t interval, named
+  as such: the reader sees how far the seeds' own optima reach."""
+  if np.isfinite(s.hull).all():
+    return iv(s.hull, "{:+.1f}")
+  return f"unbounded (t {iv(s.t, '{:+.1f}')})"
+
+
 def findings(d, shifts) -> list[str]:
-  """Sentences from the shifts table: per axis and parametrization, which placements transfer and which do not,
-  each with its hull; the rest counted as undecided, failed or pending."""
+  """Sentences from the shifts table: per axis and parametrization, each placement under its verdict (transfers,
+  does not transfer, undecided, failed) with its shift and hull, so an undecided shift shows how far its hull reaches;
+  the pending ones counted."""
   out = []
   for axis in ("depth", "width"):
     span = (f"{d['depths'][0]} to {d['depths'][-1]} layers" if axis == "depth"
             else f"width {d['widths'][0]} to {d['widths'][-1]}")
     for param in (d["depth_params"] if axis == "depth" else d["width_params"]):
       rows = [s for s in shifts if s.axis == axis and s.param == param]
-      by = {v: [s for s in rows if s.verdict == v] for v in ("transfers", "does not transfer")}
-      rest = {v: sum(s.verdict == v for s in rows) for v in UNDECIDED}
+      by = {v: [s for s in rows if s.verdict == v] for v in VERDICTS if v != "pending"}
       words = []
       for v, ss in by.items():
         if ss:
-          words.append(f"{v}: " + ", ".join(f"`{s.arm}` {s.value:+.1f} {iv(s.hull, '{:+.1f}')}{stalled(s)}"
-                                            for s in ss))
-      words += [f"{n} {v}" for v, n in rest.items() if n]
+          words.append(f"{v}: " + ", ".join(f"`{s.arm}` {s.value:+.1f} {hull_words(s)}{stalled(s)}" for s in ss))
+      n_pending = sum(s.verdict == "pending" for s in rows)
+      words += [f"{n_pending} pending"] * bool(n_pending)
       out.append(f"- `{param}`, {span}: " + "; ".join(words) + ".")
   return out
 
