@@ -234,6 +234,9 @@ def _check_findings(d, shifts):
     counted = sum(int(n) for n in re.findall(r"(\d+) (?:undecided|failed|pending)", line))
     assert named + counted == len(rows), line
     assert counted == sum(s.verdict == "pending" for s in rows), line
+    assert not re.search(r"\d+ (?:undecided|failed)", line), line
+    heads = re.findall(r"(transfers|does not transfer|undecided|failed \(edge\)): ", line)
+    assert heads == sorted(heads, key=("transfers", "does not transfer", "undecided", "failed (edge)").index), line
 
 
 def _check_readme(d, shifts):
