@@ -202,6 +202,10 @@ def test_the_repositorys_records_name_this_design():
     assert (rec["design"], rec["design_sha256"]) == (want["design"], want["design_sha256"]), n
 
 
+# every verdict in the rule's order, spelled here rather than read from page.py
+_VERDICTS = ("transfers", "does not transfer", "undecided", "failed (edge)", "pending")
+
+
 def _check_findings(d, shifts):
   """Each placement a finding names is under its verdict in the shifts table, with its shift and hull as the table
   has them; only the pending are counted, and every shift is named or counted once."""
@@ -236,7 +240,7 @@ def _check_findings(d, shifts):
     assert counted == sum(s.verdict == "pending" for s in rows), line
     assert not re.search(r"\d+ (?:undecided|failed)", line), line
     heads = re.findall(r"(transfers|does not transfer|undecided|failed \(edge\)): ", line)
-    assert heads == sorted(heads, key=("transfers", "does not transfer", "undecided", "failed (edge)").index), line
+    assert heads == sorted(heads, key=_VERDICTS.index), line
 
 
 def _check_readme(d, shifts):
@@ -254,7 +258,7 @@ def _check_readme(d, shifts):
         named += 1
     counted = sum(int(n) for n in re.findall(r"(\d+) (?:on a stalled cell|undecided|failed \(edge\)|pending)", line))
     assert named + counted == len(rows), line
-    for v in ("undecided", "failed (edge)", "pending"):
+    for v in _VERDICTS[2:]:
       n = sum(s.verdict == v and not s.stalled for s in rows)
       assert (f" {n} {v}" in line) == bool(n), (v, line)
     assert f"{sum(bool(s.stalled) for s in rows)} on a stalled cell" in line or not any(s.stalled for s in rows)
@@ -270,11 +274,10 @@ def test_the_findings_and_the_readme_lines_quote_the_tables(committed):
   _check_findings(d, shifts)
   _check_readme(d, shifts)
   full = grid.design("full")
-  verdicts = ("transfers", "does not transfer", "undecided", "failed (edge)", "pending")
   stalled = types.SimpleNamespace(stalled=True)
   mixed = [_BLANK._replace(arm=a, param=p, axis=ax, value=0.1 * i, t=(0.1 * i - 2, 0.1 * i + 2),
                            hull={2: (np.nan, 0.1 * i), 12: (-np.inf, 0.1 * i)}.get(i % 20, (0.1 * i - 1, 0.1 * i + 1)),
-                           verdict=verdicts[i % len(verdicts)], top=stalled if i % 7 == 3 else _CELL)
+                           verdict=_VERDICTS[i % len(_VERDICTS)], top=stalled if i % 7 == 3 else _CELL)
            for i, (a, p, ax) in enumerate(study.axes(full))]
   assert any(s.stalled and s.verdict == "transfers" for s in mixed)
   # an undefined hull, and one unbounded at one end only: either is quoted by its t interval
